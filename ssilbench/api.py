@@ -1,0 +1,242 @@
+"""What plugin authors import: the Method, Environment and Architecture contracts.
+
+This module is small on purpose and imports neither torch nor any simulator, so that
+discovering plugins stays fast. A method sees the world only through :class:`RunContext`;
+an environment never knows which method runs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import pluggy
+from pydantic import BaseModel, ConfigDict
+
+from ssilbench.errors import (
+    ConfigError,
+    DatasetError,
+    PluginError,
+    SsilbenchError,
+    UnknownNameError,
+    UsageError,
+)
+
+if TYPE_CHECKING:
+    import gymnasium
+    import torch
+
+    from ssilbench.data.split import LabeledView, UnlabeledView
+    from ssilbench.data.store import TransitionStore
+    from ssilbench.train.budget import StagePlan
+
+__all__ = [
+    "Architecture",
+    "ConfigError",
+    "DatasetError",
+    "EnvSpec",
+    "Environment",
+    "Method",
+    "NoOptions",
+    "Normaliser",
+    "PluginError",
+    "Policy",
+    "RunContext",
+    "SsilbenchError",
+    "Stage",
+    "Task",
+    "UnknownNameError",
+    "UsageError",
+    "VideoModel",
+    "hookimpl",
+]
+
+hookimpl = pluggy.HookimplMarker("ssilbench")
+"""Marks a plugin function as the implementation of a hook in :mod:`ssilbench.hookspecs`."""
+
+
+class Normaliser(BaseModel):
+    """Maps a raw return R to a normalised score (R - low) / (high - low)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    low: float
+    high: float
+    source: str = ""
+
+    def __call__(self, value: float) -> float:
+        return (value - self.low) / (self.high - self.low)
+
+
+class EnvSpec(BaseModel):
+    """Static facts about one configured task: spaces, horizon, evaluation protocol, defaults."""
+
+    model_config = ConfigDict(frozen=True)
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: Literal["float32", "uint8"]
+    obs_kind: Literal["vector", "image"]
+    num_actions: int
+    action_names: tuple[str, ...] = ()
+    horizon: int
+    eval_episodes: int
+    eval_every: int
+    eval_seed: int = 12345
+    action_selection: Literal["greedy", "sample"] = "sample"
+    default_steps: int
+    default_arch: str
+    normaliser: Normaliser
+    budget_unit: Literal["transitions", "demonstrations"] = "transitions"
+    metadata: dict[str, Any] = {}
+
+
+class NoOptions(BaseModel):
+    """Options model of an environment that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class VideoModel(ABC):
+    """A next-state predictor v(s) in model-input space (float tensors, batched)."""
+
+    @abstractmethod
+    def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        """The predicted next state for each state of the batch."""
+
+
+class Task(ABC):
+    """One task of an environment family with its options applied."""
+
+    spec: EnvSpec
+
+    @abstractmethod
+    def dataset(self, root: Path) -> TransitionStore:
+        """Build, import or open the expert dataset under ``root``; verify its manifest."""
+
+    @abstractmethod
+    def make_vec_env(self, num_envs: int, seed: int) -> gymnasium.vector.VectorEnv:
+        """A vectorised environment for rollouts; equal seeds give equal episodes."""
+
+    def video_model(self) -> VideoModel | None:
+        """The ground-truth video model v*(s) where the environment knows it, else None."""
+        return None
+
+    def metrics(self, policy: Policy) -> dict[str, float]:
+        """Environment-specific evaluation metrics beyond the rollout score."""
+        return {}
+
+
+class Environment(ABC):
+    """An environment family: ``maze``, ``procgen``, ... Its tasks are ``family:task``."""
+
+    description: ClassVar[str] = ""
+    Options: ClassVar[type[BaseModel]] = NoOptions
+
+    @abstractmethod
+    def tasks(self) -> list[str]:
+        """Every task name; ``family:all`` expands to these."""
+
+    @abstractmethod
+    def load(self, task: str, options: BaseModel) -> Task:
+        """The task with validated options applied."""
+
+
+class Policy(ABC):
+    """A trained policy. Observations are model-input tensors (see ``data.tensors``)."""
+
+    @abstractmethod
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        """Action probabilities, shape (batch, num_actions)."""
+
+    def act(self, obs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None):
+        """Actions for a batch: the most likely one, or one sampled from :meth:`probs`."""
+        import torch
+
+        with torch.no_grad():
+            p = self.probs(obs)
+            if greedy:
+                return p.argmax(dim=-1)
+            return torch.multinomial(p.cpu(), 1, generator=generator).squeeze(-1).to(p.device)
+
+
+class Architecture(ABC):
+    """A network family; builds modules mapping an input of some shape to ``out`` numbers."""
+
+    description: ClassVar[str] = ""
+    input_kinds: ClassVar[tuple[str, ...]] = ("vector", "image")
+    lr: ClassVar[float] = 1e-3
+
+    @abstractmethod
+    def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:
+        """A fresh module; inputs are float tensors of shape (batch, *in_shape)."""
+
+    def batch_size(self, n: int) -> int:
+        """The paper's batch-size rule for a dataset of ``n`` items (full batch by default)."""
+        return n
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A named training stage with its share of the run's step budget.
+
+    ``policy`` stages train the policy that is evaluated periodically; ``data`` says which
+    view the stage reads (for caching and for the reader of a method card).
+    """
+
+    name: str
+    steps: int
+    policy: bool = False
+    data: Literal["labeled", "unlabeled", "both", "none"] = "labeled"
+
+
+class Method(ABC):
+    """An SSIL method: declares its stages and fits a policy from a :class:`RunContext`."""
+
+    description: ClassVar[str] = ""
+    Config: ClassVar[type[BaseModel]]
+
+    @abstractmethod
+    def stages(self, cfg: BaseModel, total_steps: int, spec: EnvSpec, has_video_model: bool) -> list[Stage]:
+        """Named stages whose steps sum to ``total_steps`` (step parity between methods)."""
+
+    @abstractmethod
+    def fit(self, ctx: RunContext) -> Policy:
+        """Train stage by stage and return the policy."""
+
+
+@dataclass
+class RunContext:
+    """Everything a method may use, and nothing else.
+
+    ``unlabeled`` has no actions at all, so no method can leak labels from D_U.
+    """
+
+    config: Any
+    spec: EnvSpec
+    labeled: LabeledView
+    unlabeled: UnlabeledView
+    video_model: VideoModel | None
+    device: torch.device
+    seed: int
+    plan: StagePlan
+    architectures: Callable[[str], Architecture]
+    evaluate: Callable[[Policy], float]
+    log: Callable[[str], None] = print
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def architecture(self, name: str | None) -> Architecture:
+        """The named architecture, or the environment's default when ``name`` is None."""
+        return self.architectures(name or self.spec.default_arch)
+
+    def generator(self, salt: int = 0) -> torch.Generator:
+        """A torch generator seeded from the run seed (and a salt per use)."""
+        import torch
+
+        g = torch.Generator(device="cpu")
+        g.manual_seed(self.seed * 1_000_003 + salt)
+        return g

@@ -1,0 +1,1 @@
+"""Datasets: the transition store, the SSIL split and conversion to model inputs."""

@@ -1,0 +1,141 @@
+"""The SSIL split: a labeled view of D_L (s, a, s') and an action-free view of D_U (s, s').
+
+Label budgets are nested: for one seed, the transitions labeled at N_L = 16 are among those
+labeled at N_L = 64, because every budget takes a prefix of the same seeded permutation.
+D_U is every transition of the dataset with its action removed (the paper's D^full without
+labels); the unlabeled view is built from the frames alone and holds no reference to any
+action array.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ssilbench.data.store import TransitionStore
+from ssilbench.errors import UsageError
+
+_FRACTION = re.compile(r"^(0?\.\d+|1(\.0*)?)$")
+
+
+def parse_budget(text: str) -> str:
+    """Validate one label budget and return its canonical label: '16', '0.25' or 'all'."""
+    label = str(text).strip().lower()
+    if label == "all":
+        return label
+    if label.isdigit():
+        if int(label) <= 0:
+            raise UsageError(f"Label budget {text!r} must be a positive count (N_L >= 1).")
+        return str(int(label))
+    if _FRACTION.match(label):
+        value = float(label)
+        if value <= 0:
+            raise UsageError(f"Label budget {text!r} must be a positive fraction in (0, 1].")
+        return repr(value) if value < 1 else "1.0"
+    raise UsageError(
+        f"Label budget {text!r} is not a positive count, a fraction in (0, 1] or 'all'; "
+        "write e.g. --budgets 16,64,256 or --budgets 0.05,0.5,all."
+    )
+
+
+def parse_budgets(text: str) -> list[str]:
+    """A comma-separated, non-empty list of budgets, duplicates removed, order kept."""
+    items = [item for item in (part.strip() for part in text.split(",")) if item]
+    if not items:
+        raise UsageError("The budget list is empty: write e.g. --budgets 16,64,256.")
+    out: list[str] = []
+    for item in items:
+        label = parse_budget(item)
+        if label not in out:
+            out.append(label)
+    return out
+
+
+def budget_sort_key(label: str) -> tuple[int, float]:
+    """Counts ascending, then fractions ascending, then 'all'."""
+    if label == "all":
+        return (2, 0.0)
+    if label.isdigit():
+        return (0, float(label))
+    return (1, float(label))
+
+
+def resolve_budget(label: str, available: int, unit: str = "transitions") -> int:
+    """The number of items (transitions or demonstrations) a budget label stands for."""
+    if label == "all":
+        return available
+    if label.isdigit():
+        count = int(label)
+        if count > available:
+            raise UsageError(
+                f"Label budget N_L={count} is larger than the dataset ({available} {unit}); "
+                f"use at most {available} or 'all'."
+            )
+        return count
+    return max(1, round(float(label) * available))
+
+
+def permutation(n: int, seed: int) -> np.ndarray:
+    """The seeded order in which items are labeled; budgets take prefixes of it."""
+    return np.random.Generator(np.random.PCG64(seed)).permutation(n)
+
+
+@dataclass(frozen=True)
+class LabeledView:
+    """D_L: N_L transitions (s, a, s') with their actions (a copy of just those actions)."""
+
+    frames: np.ndarray
+    index: np.ndarray
+    actions: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return np.asarray(self.frames[self.index[rows]])
+
+    def next_obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return np.asarray(self.frames[self.index[rows] + 1])
+
+
+@dataclass(frozen=True)
+class UnlabeledView:
+    """D_U: transitions (s, s') only. There is no action here to reach."""
+
+    frames: np.ndarray
+    index: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return np.asarray(self.frames[self.index[rows]])
+
+    def next_obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        return np.asarray(self.frames[self.index[rows] + 1])
+
+
+def available_items(store: TransitionStore, unit: str = "transitions") -> int:
+    return store.num_episodes if unit == "demonstrations" else store.num_transitions
+
+
+def split(
+    store: TransitionStore, budget: str, seed: int, unit: str = "transitions"
+) -> tuple[LabeledView, UnlabeledView]:
+    """The labeled and unlabeled views for (dataset, N_L, seed): a pure function of them."""
+    transitions = store.transition_indices()
+    if unit == "demonstrations":
+        n_l = resolve_budget(budget, store.num_episodes, unit)
+        chosen = np.sort(permutation(store.num_episodes, seed)[:n_l])
+        labeled = transitions[np.isin(store.episode_of_transitions(transitions), chosen)]
+    else:
+        n_l = resolve_budget(budget, len(transitions), unit)
+        labeled = transitions[np.sort(permutation(len(transitions), seed)[:n_l])]
+    actions = np.array(store.actions[labeled])  # a copy: the view cannot see other labels
+    frames = store.obs
+    return (
+        LabeledView(frames=frames, index=labeled, actions=actions),
+        UnlabeledView(frames=frames, index=transitions),
+    )

@@ -1,0 +1,1 @@
+"""Evaluation: vectorised rollouts, the seeding protocol and score normalisation."""

@@ -1,0 +1,149 @@
+"""Plugin discovery: entry points of the ``ssilbench`` group, ``-p`` modules, block lists.
+
+Autoloading can be switched off with ``SSILBENCH_DISABLE_PLUGIN_AUTOLOAD=1``; then only the
+plugins named with ``-p NAME`` (an entry-point name or a module path) are loaded. Extra
+plugin modules can also be listed in ``SSILBENCH_PLUGINS`` (comma separated). A plugin whose
+import or registration raises is recorded as broken, never silently dropped, and the other
+plugins keep working.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from ssilbench import hookspecs
+from ssilbench.errors import PluginError, UsageError
+from ssilbench.registry import BoundRegistry, BrokenPlugin, Origin, Registry
+
+ENTRY_POINT_GROUP = "ssilbench"
+AUTOLOAD_ENV = "SSILBENCH_DISABLE_PLUGIN_AUTOLOAD"
+EXTRA_PLUGINS_ENV = "SSILBENCH_PLUGINS"
+
+_HOOKS = {
+    "methods": "ssilbench_register_methods",
+    "environments": "ssilbench_register_environments",
+    "architectures": "ssilbench_register_architectures",
+}
+
+
+@dataclass
+class Plugins:
+    """Everything the loaded plugins registered, plus the ones that failed."""
+
+    methods: Registry[Any]
+    environments: Registry[Any]
+    architectures: Registry[Any]
+    loaded: list[Origin] = field(default_factory=list)
+    broken: list[BrokenPlugin] = field(default_factory=list)
+
+    def registries(self) -> dict[str, Registry[Any]]:
+        return {
+            "methods": self.methods,
+            "environments": self.environments,
+            "architectures": self.architectures,
+        }
+
+    def versions(self) -> dict[str, str]:
+        """Plugin name -> distribution version (for run provenance)."""
+        return {o.plugin: o.version or "unversioned" for o in self.loaded}
+
+
+def parse_plugin_flags(flags: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Split ``-p`` values into (modules to load, names to block)."""
+    extra: list[str] = []
+    blocked: list[str] = []
+    for flag in flags:
+        for item in filter(None, (f.strip() for f in flag.split(","))):
+            if item.startswith("no:"):
+                if not item[3:]:
+                    raise UsageError("'-p no:' needs a plugin name, e.g. '-p no:maze'.")
+                blocked.append(item[3:])
+            else:
+                extra.append(item)
+    return extra, blocked
+
+
+def load_plugins(flags: Sequence[str] = ()) -> Plugins:
+    """Discover, import and register plugins according to ``-p`` flags and the environment."""
+    from ssilbench import api  # the base classes the registries check against
+
+    extra, blocked = parse_plugin_flags(flags)
+    extra += [m for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+    autoload = os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
+
+    plugins = Plugins(
+        methods=Registry("method", api.Method),
+        environments=Registry("environment", api.Environment),
+        architectures=Registry("architecture", api.Architecture),
+    )
+    pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    pm.add_hookspecs(hookspecs)
+
+    eps = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    candidates: list[tuple[str, EntryPoint | str]] = []
+    if autoload:
+        candidates += [(name, ep) for name, ep in eps.items()]
+    for item in extra:
+        if item in eps and (item, eps[item]) not in candidates:
+            candidates.append((item, eps[item]))
+        elif item not in eps:
+            candidates.append((item, item))
+
+    for name, source in candidates:
+        if name in blocked:
+            continue
+        origin = _origin(name, source)
+        try:
+            module = source.load() if isinstance(source, EntryPoint) else _import(source)
+            pm.register(module, name=name)
+        except Exception as exc:
+            plugins.broken.append(BrokenPlugin(origin, f"{type(exc).__name__}: {exc}"))
+            continue
+        try:
+            _register(pm, module, origin, plugins)
+        except PluginError:
+            raise
+        except Exception as exc:
+            plugins.broken.append(BrokenPlugin(origin, f"{type(exc).__name__}: {exc}"))
+            continue
+        plugins.loaded.append(origin)
+
+    for registry in plugins.registries().values():
+        registry.broken = plugins.broken
+    return plugins
+
+
+def _import(module: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            raise PluginError(
+                f"Plugin module '{module}' named with -p or {EXTRA_PLUGINS_ENV} is not "
+                "importable: check the name and that its package is installed."
+            ) from exc
+        raise
+
+
+def _origin(name: str, source: EntryPoint | str) -> Origin:
+    if isinstance(source, EntryPoint) and source.dist is not None:
+        return Origin(name, source.dist.metadata["Name"], source.dist.version)
+    return Origin(name)
+
+
+def _register(pm: pluggy.PluginManager, module: ModuleType, origin: Origin, plugins: Plugins) -> None:
+    # Each hook implementation is called on its own so that every entry is attributed to
+    # the plugin that registered it, and a failure names that plugin.
+    registries = plugins.registries()
+    for key, hook_name in _HOOKS.items():
+        for impl in getattr(pm.hook, hook_name).get_hookimpls():
+            if impl.plugin is module:
+                impl.function(registry=BoundRegistry(registries[key], origin))

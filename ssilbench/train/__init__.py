@@ -1,0 +1,1 @@
+"""Training machinery shared by every method: step budgets, the minibatch loop, devices."""

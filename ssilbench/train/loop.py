@@ -1,0 +1,67 @@
+"""The minibatch optimisation loop every method uses, so none of them re-implements it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+
+from ssilbench.train.budget import StageBudget
+
+
+class BatchSampler:
+    """Epoch-shuffled minibatch indices; the whole set (as a slice) when the batch covers it."""
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        if n <= 0:
+            raise ValueError("cannot sample batches from an empty dataset")
+        self.n = n
+        self.batch_size = max(1, min(batch_size, n))
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self._order = np.empty(0, dtype=np.int64)
+        self._pos = 0
+
+    def next(self) -> slice | np.ndarray:
+        if self.batch_size >= self.n:
+            return slice(None)
+        if self._pos + self.batch_size > len(self._order):
+            self._order = self.rng.permutation(self.n)
+            self._pos = 0
+        batch = self._order[self._pos : self._pos + self.batch_size]
+        self._pos += self.batch_size
+        return batch
+
+
+def optimise(
+    params: Iterable[torch.nn.Parameter],
+    loss_fn: Callable[[slice | np.ndarray], torch.Tensor],
+    n: int,
+    budget: StageBudget,
+    *,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    clip_grad_norm: float | None = None,
+) -> float:
+    """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent; returns the last loss."""
+    params = [p for p in params if p.requires_grad]
+    optimiser = torch.optim.Adam(params, lr=lr)
+    sampler = BatchSampler(n, batch_size, seed)
+    last: torch.Tensor | None = None
+    while budget.remaining > 0:
+        loss = loss_fn(sampler.next())
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip_grad_norm)
+        optimiser.step()
+        last = loss.detach()  # converted once at the end: no device sync per step
+        budget.tick()
+    return float("nan") if last is None else float(last)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch and numpy's global generators (methods should still prefer explicit ones)."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % (2**32))
