@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import pluggy
 from pydantic import BaseModel, ConfigDict
@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from ssilbench.train.budget import StagePlan
 
 __all__ = [
+    "ARCHITECTURE",
     "Architecture",
+    "ArchitectureName",
     "ConfigError",
     "DatasetError",
     "EnvSpec",
@@ -56,6 +58,15 @@ __all__ = [
 
 hookimpl = pluggy.HookimplMarker("ssilbench")
 """Marks a plugin function as the implementation of a hook in :mod:`ssilbench.hookspecs`."""
+
+
+ARCHITECTURE = "ssilbench:architecture"
+ArchitectureName = Annotated[str | None, ARCHITECTURE]
+"""A config field naming a registered architecture (None: the environment's default).
+
+The harness checks such fields before any run starts: the name must be registered and the
+architecture must accept the environment's observation kind.
+"""
 
 
 class Normaliser(BaseModel):
@@ -92,6 +103,8 @@ class EnvSpec(BaseModel):
     default_arch: str
     normaliser: Normaliser
     budget_unit: Literal["transitions", "demonstrations"] = "transitions"
+    report: Literal["final", "max"] = "final"
+    """Which evaluation a leaderboard reports: after training, or the best during training."""
     metadata: dict[str, Any] = {}
 
 
@@ -201,7 +214,9 @@ class Method(ABC):
     Config: ClassVar[type[BaseModel]]
 
     @abstractmethod
-    def stages(self, cfg: BaseModel, total_steps: int, spec: EnvSpec, has_video_model: bool) -> list[Stage]:
+    def stages(
+        self, cfg: BaseModel, total_steps: int, spec: EnvSpec, has_video_model: bool
+    ) -> list[Stage]:
         """Named stages whose steps sum to ``total_steps`` (step parity between methods)."""
 
     @abstractmethod

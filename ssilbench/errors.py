@@ -31,6 +31,10 @@ class ConfigError(SsilbenchError):
 class DatasetError(SsilbenchError):
     """A stored dataset is missing, corrupted or does not match its manifest."""
 
+    def __init__(self, message: str, root: object = None) -> None:
+        super().__init__(message)
+        self.root = root  # the dataset folder, so a caller can offer to rebuild it
+
 
 class ResultsStoreError(SsilbenchError):
     """The results directory cannot be created, written or read."""

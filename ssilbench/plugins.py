@@ -139,7 +139,9 @@ def _origin(name: str, source: EntryPoint | str) -> Origin:
     return Origin(name)
 
 
-def _register(pm: pluggy.PluginManager, module: ModuleType, origin: Origin, plugins: Plugins) -> None:
+def _register(
+    pm: pluggy.PluginManager, module: ModuleType, origin: Origin, plugins: Plugins
+) -> None:
     # Each hook implementation is called on its own so that every entry is attributed to
     # the plugin that registered it, and a failure names that plugin.
     registries = plugins.registries()

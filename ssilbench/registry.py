@@ -82,9 +82,11 @@ class Registry(Generic[T]):
         if name not in self.entries:
             hint = ""
             if self.broken:
-                hint = " Some plugins failed to load and may provide it: " + "; ".join(
-                    f"{b.origin.describe()}: {b.error}" for b in self.broken
-                ) + "."
+                hint = (
+                    " Some plugins failed to load and may provide it: "
+                    + "; ".join(f"{b.origin.describe()}: {b.error}" for b in self.broken)
+                    + "."
+                )
             raise unknown(self.kind, name, self.entries, hint)
         return self.entries[name]
 

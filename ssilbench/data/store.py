@@ -92,7 +92,9 @@ class TransitionStore:
         if not (len(actions) == len(rewards) == n):
             raise ValueError("obs, actions and rewards must have one entry per frame")
         if len(episode_ends) == 0 or episode_ends[-1] != n or np.any(np.diff(episode_ends) < 2):
-            raise ValueError("episode_ends must be increasing, end at len(obs), episodes >= 2 frames")
+            raise ValueError(
+                "episode_ends must be increasing, end at len(obs), episodes >= 2 frames"
+            )
         if episode_ends[0] < 2:
             raise ValueError("every episode needs at least 2 frames")
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -140,19 +142,22 @@ class TransitionStore:
         if not manifest_path.is_file():
             raise DatasetError(
                 f"No dataset manifest at {manifest_path}. Delete the folder {root} so it is "
-                "rebuilt, or import the data again."
+                "rebuilt, or import the data again.",
+                root,
             )
         try:
             manifest = json.loads(manifest_path.read_text())
         except json.JSONDecodeError as exc:
             raise DatasetError(
                 f"The dataset manifest {manifest_path} is not valid JSON ({exc}). Delete the "
-                f"folder {root} so it is rebuilt, or import the data again."
+                f"folder {root} so it is rebuilt, or import the data again.",
+                root,
             ) from exc
         if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
             raise DatasetError(
                 f"{manifest_path} is not a {FORMAT} v{FORMAT_VERSION} manifest. Delete the "
-                f"folder {root} so it is rebuilt, or import the data again."
+                f"folder {root} so it is rebuilt, or import the data again.",
+                root,
             )
         for key in ARRAYS:
             path = root / f"{key}.npy"
@@ -160,7 +165,8 @@ class TransitionStore:
             if expected is None or not path.is_file():
                 raise DatasetError(
                     f"Dataset file {path} is missing. Delete the folder {root} so it is "
-                    "rebuilt, or import the data again."
+                    "rebuilt, or import the data again.",
+                    root,
                 )
             if verify and (
                 path.stat().st_size != expected["bytes"] or sha256_file(path) != expected["sha256"]
@@ -168,7 +174,8 @@ class TransitionStore:
                 raise DatasetError(
                     f"Dataset file {path} does not match its manifest (sha256 or size differs): "
                     f"it is corrupted or was modified. Delete the folder {root} so it is "
-                    "rebuilt (or run with --rebuild-data), or import the data again."
+                    "rebuilt (ssilbench data build ENV --rebuild), or import the data again.",
+                    root,
                 )
         try:
             arrays = {
@@ -178,6 +185,7 @@ class TransitionStore:
         except ValueError as exc:
             raise DatasetError(
                 f"A dataset file in {root} cannot be read ({exc}). Delete the folder so it is "
-                "rebuilt, or import the data again."
+                "rebuilt, or import the data again.",
+                root,
             ) from exc
         return cls(root=root, manifest=manifest, **arrays)

@@ -53,8 +53,10 @@ class StageBudget:
             )
         self.used += 1
         self.plan.global_step += 1
-        if self.stage.policy and self.policy is not None and (
-            self.used % self.plan.eval_every == 0 or self.used == self.stage.steps
+        if (
+            self.stage.policy
+            and self.policy is not None
+            and (self.used % self.plan.eval_every == 0 or self.used == self.stage.steps)
         ):
             self.plan.evaluate(self.policy)
 

@@ -1,0 +1,19 @@
+"""Registers the ``maze`` environment family; imports nothing heavy so listing stays fast."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ssilbench.api import hookimpl
+
+if TYPE_CHECKING:
+    from ssilbench.registry import BoundRegistry
+
+
+@hookimpl
+def ssilbench_register_environments(registry: BoundRegistry) -> None:
+    registry.add(
+        "maze",
+        "ssilbench_maze.environment:MazeEnvironment",
+        "Random mazes (10x10, 20x20, 50x50) with a shortest-path expert and the true v*(s).",
+    )

@@ -1,0 +1,388 @@
+"""The ``ssilbench`` command.
+
+Every error a user can cause is an :class:`~ssilbench.errors.SsilbenchError`: it is printed as
+one message without a traceback (``--debug`` shows it) and the command exits with 2. Heavy
+imports (torch, simulators) happen only inside the commands that train or evaluate, so
+``ssilbench --help`` and ``ssilbench list`` stay fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from ssilbench import __version__
+from ssilbench.errors import SsilbenchError, UsageError
+
+DEFAULT_RESULTS = os.environ.get("SSILBENCH_RESULTS", "results")
+DEFAULT_DATA = os.environ.get("SSILBENCH_DATA", str(Path("~/.cache/ssilbench/data").expanduser()))
+
+
+class State:
+    def __init__(self, plugin_flags: tuple[str, ...], debug: bool, quiet: bool) -> None:
+        self.plugin_flags = plugin_flags
+        self.debug = debug
+        self.quiet = quiet
+        self._plugins = None
+
+    @property
+    def plugins(self):
+        if self._plugins is None:
+            from ssilbench.plugins import load_plugins
+
+            self._plugins = load_plugins(self.plugin_flags)
+        return self._plugins
+
+
+def _csv(text: str, what: str, example: str) -> list[str]:
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    if not items:
+        raise UsageError(f"The {what} list is empty: write e.g. {example}.")
+    return items
+
+
+def _seeds(text: str) -> list[int]:
+    seeds = []
+    for item in _csv(text, "seed", "--seeds 0,1,2"):
+        try:
+            seeds.append(int(item))
+        except ValueError:
+            raise UsageError(
+                f"Seed {item!r} is not an integer: write e.g. --seeds 0,1,2."
+            ) from None
+    return list(dict.fromkeys(seeds))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ssilbench")
+@click.option(
+    "-p",
+    "--plugin",
+    "plugin_flags",
+    multiple=True,
+    metavar="NAME",
+    help="Load plugin NAME (entry-point name or module), or block it with 'no:NAME'. Repeatable.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.pass_context
+def cli(ctx: click.Context, plugin_flags: tuple[str, ...], debug: bool, quiet: bool) -> None:
+    """ssilbench: benchmark semi-supervised imitation learning methods.
+
+    \b
+    Quick start:
+      ssilbench list
+      ssilbench run --method bc,idm_labeling,vm_idm --env maze:10x10 --budgets 16,64,256 --seeds 0,1
+      ssilbench leaderboard --export md
+    """
+    ctx.obj = State(plugin_flags, debug, quiet)
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def list_cmd(state: State, as_json: bool) -> None:
+    """List methods, environments and architectures, and plugins that failed to load."""
+    plugins = state.plugins
+    rows = []
+    for kind, registry in plugins.registries().items():
+        for name in registry.names():
+            entry = registry.entries[name]
+            rows.append(
+                {
+                    "kind": kind.rstrip("s"),
+                    "name": name,
+                    "plugin": entry.origin.plugin,
+                    "distribution": entry.origin.distribution,
+                    "version": entry.origin.version,
+                    "description": entry.description,
+                }
+            )
+    broken = [
+        {
+            "plugin": b.origin.plugin,
+            "distribution": b.origin.distribution,
+            "version": b.origin.version,
+            "error": b.error,
+        }
+        for b in plugins.broken
+    ]
+    if as_json:
+        click.echo(json.dumps({"entries": rows, "broken": broken}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for kind in ("method", "environment", "architecture"):
+        table = Table(title=f"{kind}s", title_justify="left")
+        for col in ("name", "plugin", "distribution", "description"):
+            table.add_column(col)
+        for row in (r for r in rows if r["kind"] == kind):
+            dist = f"{row['distribution']} {row['version']}" if row["distribution"] else "-"
+            table.add_row(row["name"], row["plugin"], dist, row["description"])
+        console.print(table)
+    if broken:
+        table = Table(title="broken plugins", title_justify="left", style="red")
+        for col in ("plugin", "distribution", "error"):
+            table.add_column(col)
+        for b in broken:
+            dist = f"{b['distribution']} {b['version']}" if b["distribution"] else "-"
+            table.add_row(b["plugin"], dist, b["error"])
+        console.print(table)
+
+
+@cli.command()
+@click.option("--method", "methods", required=True, help="Comma-separated method names.")
+@click.option(
+    "--env", "envs", required=True, help="Comma-separated ids: family:task or family:all."
+)
+@click.option(
+    "--budgets", required=True, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
+)
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated integer seeds.")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Method config value (all methods that have KEY); 'METHOD.KEY=VALUE' for one method.",
+)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment option, e.g. -o state=image. See docs/environments/.",
+)
+@click.option(
+    "--steps",
+    type=int,
+    default=None,
+    help="Total training steps per run (default: the environment's).",
+)
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+@click.option(
+    "--data-root", default=DEFAULT_DATA, show_default=True, help="Dataset cache directory."
+)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--retry-failed", is_flag=True, help="Run again the runs that failed before.")
+@click.pass_obj
+def run(
+    state: State,
+    methods,
+    envs,
+    budgets,
+    seeds,
+    config,
+    options,
+    steps,
+    results,
+    data_root,
+    device,
+    retry_failed,
+) -> None:
+    """Run a sweep of methods x environments x budgets x seeds into the results store."""
+    from pydantic import ValidationError
+
+    from ssilbench.data.split import parse_budgets
+    from ssilbench.runner.plan import build_plan, parse_assignments
+    from ssilbench.runner.spec import Sweep
+    from ssilbench.runner.store import ResultsStore, ensure_writable
+
+    if steps is not None and steps < 1:
+        raise UsageError(f"--steps must be a positive integer, got {steps}.")
+    try:
+        sweep = Sweep(
+            methods=_csv(methods, "method", "--method bc,vm_idm"),
+            envs=_csv(envs, "environment", "--env maze:10x10"),
+            budgets=parse_budgets(budgets),
+            seeds=_seeds(seeds),
+            config=parse_assignments(config, "--config"),
+            options=parse_assignments(options, "--option"),
+            steps=steps,
+        )
+    except ValidationError as exc:
+        raise UsageError(str(exc)) from None
+    results_dir = ensure_writable(Path(results))
+    plan = build_plan(state.plugins, sweep, Path(data_root).expanduser())
+
+    from ssilbench.runner.worker import resolve_device
+
+    torch_device = resolve_device(device)
+    with ResultsStore(results_dir) as store:
+        report = _run_with_progress(plan, state, store, torch_device, retry_failed)
+    summary = (
+        f"{report.done} run(s) done, {report.skipped} already recorded, "
+        f"{len(report.failed)} failed; results in {results_dir}"
+    )
+    click.echo(summary, err=True)
+    for text, err in report.failed:
+        click.echo(f"  failed: {text}: {err}", err=True)
+    if report.failed_before:
+        click.echo(
+            f"  {report.failed_before} run(s) failed in an earlier sweep; add --retry-failed to "
+            "run them again.",
+            err=True,
+        )
+    if not report.ok:
+        sys.exit(1)
+
+
+def _run_with_progress(plan, state: State, store, device, retry_failed: bool):
+    from ssilbench.runner.sweep import run_sweep
+
+    if state.quiet:
+        return run_sweep(plan, state.plugins, store, device, retry_failed)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    columns = (
+        TextColumn("[bold]sweep"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        bar = progress.add_task("", total=len(plan.runs))
+
+        def on_progress(event: str, text: str) -> None:
+            if event == "start":
+                progress.update(bar, description=text)
+                return
+            if event == "failed":
+                progress.console.print(f"[red]failed[/red] {text}")
+            progress.advance(bar)
+
+        report = run_sweep(plan, state.plugins, store, device, retry_failed, on_progress)
+        progress.update(bar, description="")
+    return report
+
+
+@cli.command()
+@click.option(
+    "--export", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True
+)
+@click.option(
+    "--out", type=click.Path(dir_okay=False), default=None, help="Write to FILE instead of stdout."
+)
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+@click.option(
+    "--metric",
+    default="score",
+    show_default=True,
+    help="'score' (normalised) or an environment metric such as test_accuracy.",
+)
+def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
+    """Aggregate finished runs into tables: rows = methods, columns = N_L."""
+    from ssilbench.leaderboard.render import render
+    from ssilbench.leaderboard.table import build_table
+    from ssilbench.runner.store import ResultsStore
+
+    with ResultsStore(Path(results), create=False) as store:
+        records = store.rows("done")
+    table = build_table(records, metric)
+    if metric != "score" and records and not table.tables:
+        known = sorted({k for r in records for k in (r.get("metrics") or {})})
+        raise UsageError(
+            f"No run recorded the metric '{metric}'. Recorded metrics: score, {', '.join(known)}."
+        )
+    text = render(table, fmt)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    target = Path(out)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write {target}: {exc.strerror}. Choose another --out path."
+        ) from None
+    click.echo(f"wrote {target}", err=True)
+
+
+@cli.group()
+def data() -> None:
+    """Build, verify or rebuild expert datasets."""
+
+
+@data.command("build")
+@click.argument("env_ids")
+@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE")
+@click.option("--data-root", default=DEFAULT_DATA, show_default=True)
+@click.option("--rebuild", is_flag=True, help="Delete the cached dataset first and build it again.")
+@click.pass_obj
+def data_build(state: State, env_ids: str, options, data_root: str, rebuild: bool) -> None:
+    """Build (or verify) the datasets of ENV_IDS, e.g. maze:all."""
+    import shutil
+
+    from ssilbench.runner.plan import _expand_envs, parse_assignments, validate_model
+
+    values = parse_assignments(options, "--option")
+    for family, task_name in _expand_envs(
+        state.plugins, _csv(env_ids, "environment", "maze:10x10")
+    ):
+        environment = state.plugins.environments.create(family)
+        opts = validate_model(environment.Options, values, f"options of environment '{family}'")
+        task = environment.load(task_name, opts)
+        root = Path(data_root).expanduser()
+        if rebuild:
+            from ssilbench.errors import DatasetError
+
+            try:
+                stale = task.dataset(root).root
+            except DatasetError as exc:
+                if exc.root is None:
+                    raise
+                stale = exc.root
+            shutil.rmtree(stale, ignore_errors=True)
+        store = task.dataset(root)
+        click.echo(
+            f"{family}:{task_name}: {store.num_frames} frames, {store.num_episodes} episodes, "
+            f"{store.num_transitions} transitions at {store.root}"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="ssilbench", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except SsilbenchError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    if isinstance(code, int) and code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Leaderboards: results store -> one Table model -> renderers (Markdown, CSV, JSON)."""

@@ -1,0 +1,1 @@
+"""Sweeps: run specs, planning, execution and the results store."""

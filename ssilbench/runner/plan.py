@@ -1,0 +1,222 @@
+"""Sweep -> checked RunSpecs. Every mistake a user can make is found here, before any run.
+
+Names, environment options, method configs, architectures, datasets (built or verified),
+label budgets against dataset sizes and the step parity of every method's stages are all
+checked up front, so a sweep either starts with every run well-formed or stops with one
+clear message and nothing recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Task
+from ssilbench.data.split import available_items, resolve_budget
+from ssilbench.data.store import TransitionStore
+from ssilbench.errors import ConfigError, UsageError, did_you_mean, unknown
+from ssilbench.plugins import Plugins
+from ssilbench.registry import split_env_id
+from ssilbench.runner.spec import RunSpec, Sweep
+from ssilbench.train.budget import StepParityError, check_stages
+
+
+def parse_value(text: str) -> Any:
+    """A CLI value: JSON where it parses (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_assignments(items: typing.Iterable[str], flag: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}.")
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def format_validation(error: ValidationError, what: str, model: type[BaseModel]) -> str:
+    fields = sorted(model.model_fields)
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"'{loc}' is not an option of {what}.{did_you_mean(loc, fields)}")
+        else:
+            parts.append(f"'{loc}': {err['msg']} (got {err.get('input')!r})")
+    valid = ", ".join(fields) if fields else "(none)"
+    return f"Invalid {what}: " + "; ".join(parts) + f". Valid keys: {valid}."
+
+
+def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) -> BaseModel:
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(format_validation(exc, what, model)) from None
+
+
+def architecture_fields(config_model: type[BaseModel]) -> list[str]:
+    hints = typing.get_type_hints(config_model, include_extras=True)
+    return [
+        name
+        for name in config_model.model_fields
+        if ARCHITECTURE in getattr(hints.get(name), "__metadata__", ())
+    ]
+
+
+@dataclass
+class TaskInfo:
+    """One configured task with its opened dataset (shared by all runs on it)."""
+
+    env: str
+    options: BaseModel
+    task: Task
+    dataset: TransitionStore
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self.task.spec
+
+
+@dataclass
+class MethodInfo:
+    name: str
+    cls: type[Method]
+    config: BaseModel
+
+
+@dataclass
+class Plan:
+    """Checked runs plus the resolved objects a worker needs for them."""
+
+    runs: list[RunSpec]
+    tasks: dict[str, TaskInfo] = field(default_factory=dict)
+    methods: dict[str, MethodInfo] = field(default_factory=dict)
+
+    def task_key(self, spec: RunSpec) -> str:
+        return spec.env + json.dumps(spec.options, sort_keys=True)
+
+
+def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for env_id in env_ids:
+        family, task = split_env_id(env_id)
+        environment: Environment = plugins.environments.create(family)
+        tasks = environment.tasks()
+        chosen = tasks if task == "all" else [task]
+        for t in chosen:
+            if t not in tasks:
+                raise unknown(f"task of '{family}'", t, tasks, f" Or use '{family}:all'.")
+            if (family, t) not in out:
+                out.append((family, t))
+    return out
+
+
+def _method_config(name: str, cls: type[Method], sweep: Sweep) -> BaseModel:
+    fields = cls.Config.model_fields
+    values: dict[str, Any] = {}
+    for key, value in sweep.config.items():
+        scope, dot, sub = key.partition(".")
+        if dot:
+            if scope not in sweep.methods:
+                raise UsageError(
+                    f"Config key '{key}' is scoped to method '{scope}', which is not in this "
+                    f"sweep ({', '.join(sweep.methods)})."
+                )
+            if scope == name:
+                values[sub] = value
+        elif key in fields:
+            values[key] = value
+        else:
+            raise ConfigError(
+                f"Config key '{key}' is not an option of method '{name}'."
+                f"{did_you_mean(key, fields)} Valid keys: {', '.join(sorted(fields)) or '(none)'}."
+                f" Scope a key to one method with '{sweep.methods[0]}.KEY=VALUE'."
+            )
+    return validate_model(cls.Config, values, f"config of method '{name}'")
+
+
+def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> None:
+    for fname in architecture_fields(info.cls.Config):
+        arch_name = getattr(info.config, fname) or spec.default_arch
+        arch = plugins.architectures.load(arch_name)
+        if spec.obs_kind not in arch.input_kinds:
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} takes {'/'.join(arch.input_kinds)} "
+                f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
+                f"architecture ({', '.join(plugins.architectures.names())})."
+            )
+
+
+def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
+    """Resolve and check a sweep. Raises an SsilbenchError on the first problem found."""
+    plan = Plan(runs=[])
+    for name in sweep.methods:
+        cls = plugins.methods.load(name)
+        plan.methods[name] = MethodInfo(name, cls, _method_config(name, cls, sweep))
+
+    for family, task_name in _expand_envs(plugins, sweep.envs):
+        environment = plugins.environments.create(family)
+        options = validate_model(
+            environment.Options, sweep.options, f"options of environment '{family}'"
+        )
+        task = environment.load(task_name, options)
+        dataset = task.dataset(Path(data_root))
+        info = TaskInfo(f"{family}:{task_name}", options, task, dataset)
+        spec = info.spec
+        available = available_items(dataset, spec.budget_unit)
+        for budget in sweep.budgets:
+            resolve_budget(budget, available, spec.budget_unit)
+        has_vm = task.video_model() is not None
+        steps = sweep.steps or spec.default_steps
+        for m in plan.methods.values():
+            _check_architectures(m, spec, plugins)
+            try:
+                check_stages(m.cls().stages(m.config, steps, spec, has_vm), steps, m.name)
+            except StepParityError as exc:
+                raise ConfigError(
+                    f"{exc}. Fix the method's stage split or the step budget."
+                ) from None
+        options_json = options.model_dump(mode="json")
+        plan.tasks[info.env + json.dumps(options_json, sort_keys=True)] = info
+        for method_name in sweep.methods:
+            for budget in sweep.budgets:
+                for seed in sweep.seeds:
+                    plan.runs.append(
+                        RunSpec(
+                            method=method_name,
+                            config=plan.methods[method_name].config.model_dump(mode="json"),
+                            env=info.env,
+                            options=options_json,
+                            budget=budget,
+                            seed=seed,
+                            steps=steps,
+                            eval_every=spec.eval_every,
+                        )
+                    )
+    return plan
+
+
+def non_default(model: BaseModel) -> dict[str, Any]:
+    """The fields of a config or options model that differ from their defaults."""
+    defaults = type(model)()
+    return {
+        k: v
+        for k, v in model.model_dump(mode="json").items()
+        if v != getattr(defaults, k) and not (hasattr(v, "__len__") and v == [])
+    }
+
+
+def label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
+    """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults."""
+    diff = non_default(model.model_validate(values))
+    return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(diff.items()))})" if diff else name

@@ -1,0 +1,63 @@
+"""RunSpec and Sweep: what one run is, and the product of axes that a sweep expands into."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ssilbench.data.split import parse_budget
+
+SPEC_VERSION = 1
+
+
+class RunSpec(BaseModel):
+    """One run: fully resolved (defaults filled in), so its hash identifies its result."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str
+    config: dict[str, Any]
+    env: str
+    options: dict[str, Any]
+    budget: str
+    seed: int
+    steps: int
+    eval_every: int
+    version: int = SPEC_VERSION
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def run_id(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:20]
+
+
+class Sweep(BaseModel):
+    """Lists of methods, environment ids, budgets and seeds, plus shared settings.
+
+    ``config`` maps a key to a value for every method that has it; ``"method.key"`` scopes a
+    key to one method. ``options`` are environment options applied to every environment.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    methods: list[str] = Field(min_length=1)
+    envs: list[str] = Field(min_length=1)
+    budgets: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    config: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    steps: int | None = Field(None, ge=1)
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, value: list[str]) -> list[str]:
+        return [parse_budget(v) for v in value]
+
+    def axes(self) -> itertools.product:
+        return itertools.product(self.envs, self.methods, self.budgets, self.seeds)

@@ -1,0 +1,257 @@
+"""The results store: one embedded SQLite database (WAL mode), one row per run id.
+
+A run is marked ``running`` when it starts and becomes ``done`` or ``failed`` in one
+transaction when it ends, so a killed sweep leaves finished runs intact and unfinished ones
+visibly ``running``; the next sweep marks those ``interrupted`` and runs them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ssilbench.errors import ResultsStoreError
+from ssilbench.runner.spec import RunSpec
+
+DB_NAME = "results.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id       TEXT PRIMARY KEY,
+    spec         TEXT NOT NULL,
+    method       TEXT NOT NULL,
+    method_label TEXT NOT NULL,
+    env          TEXT NOT NULL,
+    env_label    TEXT NOT NULL,
+    budget       TEXT NOT NULL,
+    seed         INTEGER NOT NULL,
+    status       TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    started_at   REAL,
+    finished_at  REAL,
+    wall_time    REAL,
+    n_labeled    INTEGER,
+    score        REAL,
+    final_score  REAL,
+    max_score    REAL,
+    report       TEXT,
+    normaliser   TEXT,
+    timeline     TEXT,
+    metrics      TEXT,
+    stages       TEXT,
+    versions     TEXT,
+    device       TEXT,
+    host         TEXT,
+    pid          INTEGER,
+    error        TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_env ON runs (env_label, method_label, budget);
+"""
+
+STATUSES = ("running", "done", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a finished run hands to the store."""
+
+    n_labeled: int
+    score: float
+    final_score: float
+    max_score: float
+    report: str
+    normaliser: dict[str, Any]
+    timeline: list[dict[str, Any]]
+    metrics: dict[str, float]
+    stages: dict[str, Any]
+
+
+def ensure_writable(directory: Path) -> Path:
+    """Create the results directory and prove it is writable, or say what to do."""
+    directory = Path(directory).expanduser()
+    hint = "Pass a writable directory with --results DIR (or set SSILBENCH_RESULTS)."
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ResultsStoreError(
+            f"Results path {directory} exists and is not a directory. {hint}"
+        ) from None
+    except OSError as exc:
+        raise ResultsStoreError(
+            f"Cannot create results directory {directory}: {exc.strerror}. {hint}"
+        ) from None
+    probe = directory / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ResultsStoreError(
+            f"Results directory {directory} is not writable: {exc.strerror}. {hint}"
+        ) from None
+    return directory
+
+
+class ResultsStore:
+    """Access to ``DIR/results.sqlite``. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, directory: Path, create: bool = True) -> None:
+        self.directory = Path(directory).expanduser()
+        self.path = self.directory / DB_NAME
+        if create:
+            ensure_writable(self.directory)
+        elif not self.path.is_file():
+            raise ResultsStoreError(
+                f"No results store at {self.path}. Run a sweep first (ssilbench run ...) or pass "
+                "the directory it used with --results DIR."
+            )
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise ResultsStoreError(
+                f"Cannot open the results store {self.path}: {exc}. Is it an ssilbench results "
+                "directory? Pass another with --results DIR."
+            ) from None
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def status(self, run_id: str) -> str | None:
+        row = self.db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return row["status"] if row else None
+
+    def statuses(self) -> dict[str, str]:
+        return {
+            r["run_id"]: r["status"] for r in self.db.execute("SELECT run_id, status FROM runs")
+        }
+
+    def mark_stale_interrupted(self) -> int:
+        """Runs left 'running' by a process of this host that no longer exists."""
+        host = socket.gethostname()
+        stale = [
+            r["run_id"]
+            for r in self.db.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'")
+            if r["host"] != host or not _alive(r["pid"])
+        ]
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE runs SET status = 'interrupted' WHERE run_id = ? AND status = 'running'",
+                [(rid,) for rid in stale],
+            )
+        return len(stale)
+
+    def start(
+        self, spec: RunSpec, method_label: str, env_label: str, device: str, versions: dict
+    ) -> None:
+        with self.transaction() as db:
+            db.execute(
+                """
+                INSERT INTO runs (run_id, spec, method, method_label, env, env_label, budget, seed,
+                                  status, attempts, started_at, device, versions, host, pid)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', 1, ?, ?, ?, ?, ?)
+                ON CONFLICT (run_id) DO UPDATE SET
+                    status = 'running', attempts = attempts + 1, started_at = excluded.started_at,
+                    device = excluded.device, versions = excluded.versions, host = excluded.host,
+                    pid = excluded.pid, error = NULL, finished_at = NULL, wall_time = NULL
+                WHERE runs.status != 'done'
+                """,
+                (
+                    spec.run_id,
+                    spec.canonical_json(),
+                    spec.method,
+                    method_label,
+                    spec.env,
+                    env_label,
+                    spec.budget,
+                    spec.seed,
+                    time.time(),
+                    device,
+                    json.dumps(versions, sort_keys=True),
+                    socket.gethostname(),
+                    os.getpid(),
+                ),
+            )
+
+    def finish(self, run_id: str, outcome: RunOutcome, wall_time: float) -> None:
+        with self.transaction() as db:
+            db.execute(
+                """
+                UPDATE runs SET status = 'done', finished_at = ?, wall_time = ?, n_labeled = ?,
+                    score = ?, final_score = ?, max_score = ?, report = ?, normaliser = ?,
+                    timeline = ?, metrics = ?, stages = ?, error = NULL
+                WHERE run_id = ?
+                """,
+                (
+                    time.time(),
+                    wall_time,
+                    outcome.n_labeled,
+                    outcome.score,
+                    outcome.final_score,
+                    outcome.max_score,
+                    outcome.report,
+                    json.dumps(outcome.normaliser),
+                    json.dumps(outcome.timeline),
+                    json.dumps(outcome.metrics),
+                    json.dumps(outcome.stages),
+                    run_id,
+                ),
+            )
+
+    def fail(self, run_id: str, error: str, wall_time: float) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE runs SET status = 'failed', finished_at = ?, wall_time = ?, error = ? "
+                "WHERE run_id = ?",
+                (time.time(), wall_time, error, run_id),
+            )
+
+    def rows(self, status: str | None = "done") -> list[dict[str, Any]]:
+        query = "SELECT * FROM runs" + (" WHERE status = ?" if status else "") + " ORDER BY rowid"
+        cursor = self.db.execute(query, (status,) if status else ())
+        out = []
+        for row in cursor:
+            record = dict(row)
+            for key in ("spec", "normaliser", "timeline", "metrics", "stages", "versions"):
+                if record.get(key):
+                    record[key] = json.loads(record[key])
+            out.append(record)
+        return out
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

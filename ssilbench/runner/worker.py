@@ -1,0 +1,123 @@
+"""Execute one run: split the data, fit the method stage by stage, evaluate, return an outcome."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ssilbench
+from ssilbench.api import RunContext
+from ssilbench.data.split import split
+from ssilbench.eval.rollout import Evaluator
+from ssilbench.plugins import Plugins
+from ssilbench.runner.plan import MethodInfo, TaskInfo
+from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.store import RunOutcome
+from ssilbench.train.budget import StagePlan, check_stages
+from ssilbench.train.loop import seed_everything
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def versions(plugins: Plugins) -> dict[str, Any]:
+    return {
+        "ssilbench": ssilbench.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "plugins": plugins.versions(),
+        "git": _git_revision(),
+    }
+
+
+def _git_revision() -> str | None:
+    source = Path(ssilbench.__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def execute(
+    spec: RunSpec, method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+) -> RunOutcome:
+    """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
+    seed_everything(spec.seed)
+    env_spec = task.spec
+    labeled, unlabeled = split(task.dataset, spec.budget, spec.seed, env_spec.budget_unit)
+    video_model = task.task.video_model()
+    instance = method.cls()
+    stages = instance.stages(method.config, spec.steps, env_spec, video_model is not None)
+    check_stages(stages, spec.steps, spec.method)
+
+    evaluator = Evaluator(task.task, device)
+    timeline: list[dict[str, Any]] = []
+
+    def evaluate(policy) -> float:
+        result = evaluator(policy)
+        timeline.append(
+            {
+                "step": plan.global_step,
+                "score": result.score,
+                "return": result.mean_return,
+                **result.metrics,
+            }
+        )
+        return result.score
+
+    plan = StagePlan(stages, eval_every=spec.eval_every, evaluate=evaluate)
+    ctx = RunContext(
+        config=method.config,
+        spec=env_spec,
+        labeled=labeled,
+        unlabeled=unlabeled,
+        video_model=video_model,
+        device=device,
+        seed=spec.seed,
+        plan=plan,
+        architectures=plugins.architectures.create,
+        evaluate=evaluate,
+    )
+    try:
+        policy = method.cls.fit(instance, ctx)
+        report = plan.check_spent()
+        if not timeline or timeline[-1]["step"] != plan.global_step:
+            evaluate(policy)
+    finally:
+        evaluator.close()
+
+    final = timeline[-1]
+    final_score = final["score"]
+    max_score = max(entry["score"] for entry in timeline)
+    metrics = {k: v for k, v in final.items() if k not in ("step", "score")}
+    return RunOutcome(
+        n_labeled=len(labeled),
+        score=final_score if env_spec.report == "final" else max_score,
+        final_score=final_score,
+        max_score=max_score,
+        report=env_spec.report,
+        normaliser=env_spec.normaliser.model_dump(),
+        timeline=timeline,
+        metrics=metrics,
+        stages=report,
+    )

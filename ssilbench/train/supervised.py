@@ -1,0 +1,119 @@
+"""Supervised building blocks shared by methods: tensors from views, fitting, policy wrappers.
+
+Method modules stay readable top to bottom by composing these: a method says *what* is fitted
+on *which* data; this module says *how* a classifier or regressor is fitted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssilbench.api import Policy, VideoModel
+from ssilbench.data.split import LabeledView, UnlabeledView
+from ssilbench.data.tensors import as_model_input, pair
+from ssilbench.train.budget import StageBudget
+from ssilbench.train.loop import optimise
+
+
+def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(s, a, s') of D_L as tensors on ``device``."""
+    actions = torch.as_tensor(np.asarray(view.actions), dtype=torch.long, device=device)
+    return as_model_input(view.obs(), device), actions, as_model_input(view.next_obs(), device)
+
+
+def unlabeled_tensors(view: UnlabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(s, s') of D_U as tensors on ``device``."""
+    return as_model_input(view.obs(), device), as_model_input(view.next_obs(), device)
+
+
+def fit_classifier(
+    net: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    budget: StageBudget,
+    *,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> float:
+    """Cross-entropy to hard labels (long targets) or to distributions (float targets)."""
+    soft = targets.is_floating_point()
+
+    def loss(rows):
+        logits = net(inputs[rows])
+        if soft:
+            return -(targets[rows] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        return F.cross_entropy(logits, targets[rows])
+
+    return optimise(
+        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed
+    )
+
+
+def fit_regressor(
+    net: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    budget: StageBudget,
+    *,
+    lr: float,
+    batch_size: int,
+    seed: int,
+) -> float:
+    """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened)."""
+
+    def loss(rows):
+        return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
+
+    return optimise(
+        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed
+    )
+
+
+@torch.no_grad()
+def predict_probs(net: nn.Module, inputs: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+    """Softmax outputs of a classifier over a large input tensor, in chunks."""
+    return torch.cat(
+        [F.softmax(net(inputs[i : i + chunk]), dim=-1) for i in range(0, len(inputs), chunk)]
+    )
+
+
+class ClassifierPolicy(Policy):
+    """pi(a | s) = softmax(net(s))."""
+
+    def __init__(self, net: nn.Module) -> None:
+        self.net = net
+
+    @torch.no_grad()
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        return F.softmax(self.net(obs), dim=-1)
+
+
+class RegressionVideoModel(VideoModel):
+    """A learned deterministic video model: s' = s + net(s) reshaped to the state's shape."""
+
+    def __init__(self, net: nn.Module, obs_shape: tuple[int, ...]) -> None:
+        self.net = net
+        self.obs_shape = obs_shape
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs + self.net(obs).view(-1, *self.obs_shape)
+
+    @torch.no_grad()
+    def predict(self, obs: torch.Tensor) -> torch.Tensor:
+        return self(obs)
+
+
+class VMIDMPolicy(Policy):
+    """pi(a | s) = h(a | s, v(s)): the IDM applied to the video model's predicted next state."""
+
+    def __init__(self, idm: nn.Module, video_model: VideoModel) -> None:
+        self.idm = idm
+        self.video_model = video_model
+
+    @torch.no_grad()
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        return F.softmax(self.idm(pair(obs, self.video_model.predict(obs))), dim=-1)
