@@ -174,6 +174,13 @@ def list_cmd(state: State, as_json: bool) -> None:
 )
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("--retry-failed", is_flag=True, help="Run again the runs that failed before.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs in parallel (processes with one torch thread each).",
+)
 @click.pass_obj
 def run(
     state: State,
@@ -188,6 +195,7 @@ def run(
     data_root,
     device,
     retry_failed,
+    workers,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
     from pydantic import ValidationError
@@ -214,11 +222,13 @@ def run(
     results_dir = ensure_writable(Path(results))
     plan = build_plan(state.plugins, sweep, Path(data_root).expanduser())
 
+    from ssilbench.runner.sweep import PoolSetup
     from ssilbench.runner.worker import resolve_device
 
     torch_device = resolve_device(device)
+    setup = PoolSetup(state.plugin_flags, sweep, Path(data_root).expanduser(), str(torch_device))
     with ResultsStore(results_dir) as store:
-        report = _run_with_progress(plan, state, store, torch_device, retry_failed)
+        report = _run_with_progress(plan, state, store, torch_device, retry_failed, workers, setup)
     summary = (
         f"{report.done} run(s) done, {report.skipped} already recorded, "
         f"{len(report.failed)} failed; results in {results_dir}"
@@ -236,11 +246,11 @@ def run(
         sys.exit(1)
 
 
-def _run_with_progress(plan, state: State, store, device, retry_failed: bool):
+def _run_with_progress(plan, state: State, store, device, retry_failed: bool, workers, setup):
     from ssilbench.runner.sweep import run_sweep
 
     if state.quiet:
-        return run_sweep(plan, state.plugins, store, device, retry_failed)
+        return run_sweep(plan, state.plugins, store, device, retry_failed, None, workers, setup)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -272,7 +282,9 @@ def _run_with_progress(plan, state: State, store, device, retry_failed: bool):
                 progress.console.print(f"[red]failed[/red] {text}")
             progress.advance(bar)
 
-        report = run_sweep(plan, state.plugins, store, device, retry_failed, on_progress)
+        report = run_sweep(
+            plan, state.plugins, store, device, retry_failed, on_progress, workers, setup
+        )
         progress.update(bar, description="")
     return report
 
