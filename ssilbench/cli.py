@@ -181,6 +181,7 @@ def list_cmd(state: State, as_json: bool) -> None:
     show_default=True,
     help="Runs in parallel (processes with one torch thread each).",
 )
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
     state: State,
@@ -196,6 +197,7 @@ def run(
     device,
     retry_failed,
     workers,
+    quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
     from pydantic import ValidationError
@@ -205,6 +207,7 @@ def run(
     from ssilbench.runner.spec import Sweep
     from ssilbench.runner.store import ResultsStore, ensure_writable
 
+    state.quiet = state.quiet or quiet
     if steps is not None and steps < 1:
         raise UsageError(f"--steps must be a positive integer, got {steps}.")
     try:

@@ -76,7 +76,7 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
     from ssilbench import api  # the base classes the registries check against
 
     extra, blocked = parse_plugin_flags(flags)
-    extra += [m for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+    extra += [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
     autoload = os.environ.get(AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
 
     plugins = Plugins(
@@ -104,6 +104,8 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
         try:
             module = source.load() if isinstance(source, EntryPoint) else _import(source)
             pm.register(module, name=name)
+        except PluginError:
+            raise  # a -p name that is not importable at all is the user's typo, not a plugin bug
         except Exception as exc:
             plugins.broken.append(BrokenPlugin(origin, f"{type(exc).__name__}: {exc}"))
             continue
@@ -143,9 +145,24 @@ def _register(
     pm: pluggy.PluginManager, module: ModuleType, origin: Origin, plugins: Plugins
 ) -> None:
     # Each hook implementation is called on its own so that every entry is attributed to
-    # the plugin that registered it, and a failure names that plugin.
+    # the plugin that registered it. Entries are staged and added only when all of the
+    # plugin's hooks succeeded, so a plugin that fails half-way leaves nothing behind.
     registries = plugins.registries()
+    staged: list[tuple[Registry[Any], str, str, str]] = []
     for key, hook_name in _HOOKS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():
             if impl.plugin is module:
-                impl.function(registry=BoundRegistry(registries[key], origin))
+                impl.function(registry=_Staging(registries[key], staged))
+    for registry, name, target, description in staged:
+        registry.add(name, target, description, origin)
+
+
+class _Staging(BoundRegistry):
+    """Collects a plugin's registrations until all its hooks have run."""
+
+    def __init__(self, registry: Registry[Any], staged: list) -> None:
+        self._registry = registry
+        self._staged = staged
+
+    def add(self, name: str, target: str, description: str = "") -> None:
+        self._staged.append((self._registry, name, target, description))

@@ -59,7 +59,8 @@ class Registry(Generic[T]):
                 f"{origin.describe()} registers the {self.kind} name {name!r}: names are "
                 "letters, digits, '_' and '-' only."
             )
-        if ":" not in target:
+        module, _, attr = target.partition(":")
+        if not module.strip() or not attr.strip():
             raise PluginError(
                 f"{origin.describe()} registers {self.kind} '{name}' with target {target!r}; "
                 "a target is 'package.module:attribute'."

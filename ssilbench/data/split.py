@@ -25,7 +25,7 @@ def parse_budget(text: str) -> str:
     label = str(text).strip().lower()
     if label == "all":
         return label
-    if label.isdigit():
+    if label.isascii() and label.isdigit():
         if int(label) <= 0:
             raise UsageError(f"Label budget {text!r} must be a positive count (N_L >= 1).")
         return str(int(label))
@@ -57,7 +57,7 @@ def budget_sort_key(label: str) -> tuple[int, float]:
     """Counts ascending, then fractions ascending, then 'all'."""
     if label == "all":
         return (2, 0.0)
-    if label.isdigit():
+    if label.isascii() and label.isdigit():
         return (0, float(label))
     return (1, float(label))
 
@@ -66,7 +66,7 @@ def resolve_budget(label: str, available: int, unit: str = "transitions") -> int
     """The number of items (transitions or demonstrations) a budget label stands for."""
     if label == "all":
         return available
-    if label.isdigit():
+    if label.isascii() and label.isdigit():
         count = int(label)
         if count > available:
             raise UsageError(

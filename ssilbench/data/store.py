@@ -126,9 +126,13 @@ class TransitionStore:
                 "metadata": metadata or {},
             }
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+            # Move the old store aside first so that at every instant either the old or the
+            # new complete store is in place.
+            stale = root.with_name(f".{root.name}.stale-{os.getpid()}")
             if root.exists():
-                shutil.rmtree(root)
+                os.replace(root, stale)
             os.replace(tmp, root)
+            shutil.rmtree(stale, ignore_errors=True)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -153,7 +157,12 @@ class TransitionStore:
                 f"folder {root} so it is rebuilt, or import the data again.",
                 root,
             ) from exc
-        if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        if (
+            not isinstance(manifest, dict)
+            or manifest.get("format") != FORMAT
+            or manifest.get("format_version") != FORMAT_VERSION
+            or not isinstance(manifest.get("files"), dict)
+        ):
             raise DatasetError(
                 f"{manifest_path} is not a {FORMAT} v{FORMAT_VERSION} manifest. Delete the "
                 f"folder {root} so it is rebuilt, or import the data again.",

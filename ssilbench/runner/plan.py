@@ -121,7 +121,11 @@ def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
     return out
 
 
-def _method_config(name: str, cls: type[Method], sweep: Sweep) -> BaseModel:
+def _method_config(
+    name: str, cls: type[Method], sweep: Sweep, classes: list[type[Method]]
+) -> BaseModel:
+    """Config of one method: unscoped keys apply to every method that has them (an unscoped
+    key no method of the sweep has is an error); ``method.key`` applies to that method."""
     fields = cls.Config.model_fields
     values: dict[str, Any] = {}
     for key, value in sweep.config.items():
@@ -136,11 +140,12 @@ def _method_config(name: str, cls: type[Method], sweep: Sweep) -> BaseModel:
                 values[sub] = value
         elif key in fields:
             values[key] = value
-        else:
+        elif not any(key in m.Config.model_fields for m in classes):
+            known = sorted({f for m in classes for f in m.Config.model_fields})
             raise ConfigError(
-                f"Config key '{key}' is not an option of method '{name}'."
-                f"{did_you_mean(key, fields)} Valid keys: {', '.join(sorted(fields)) or '(none)'}."
-                f" Scope a key to one method with '{sweep.methods[0]}.KEY=VALUE'."
+                f"Config key '{key}' is not an option of any method in this sweep "
+                f"({', '.join(sweep.methods)}).{did_you_mean(key, known)} "
+                f"Valid keys: {', '.join(known) or '(none)'}."
             )
     return validate_model(cls.Config, values, f"config of method '{name}'")
 
@@ -160,9 +165,9 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
 def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
     """Resolve and check a sweep. Raises an SsilbenchError on the first problem found."""
     plan = Plan(runs=[])
-    for name in sweep.methods:
-        cls = plugins.methods.load(name)
-        plan.methods[name] = MethodInfo(name, cls, _method_config(name, cls, sweep))
+    classes = [plugins.methods.load(name) for name in sweep.methods]
+    for name, cls in zip(sweep.methods, classes, strict=True):
+        plan.methods[name] = MethodInfo(name, cls, _method_config(name, cls, sweep, classes))
 
     for family, task_name in _expand_envs(plugins, sweep.envs):
         environment = plugins.environments.create(family)

@@ -153,12 +153,15 @@ class ResultsStore:
         }
 
     def mark_stale_interrupted(self) -> int:
-        """Runs left 'running' by a process of this host that no longer exists."""
+        """Runs left 'running' by a process of this host that no longer exists.
+
+        Runs of other hosts sharing the store may still be alive and are left as they are.
+        """
         host = socket.gethostname()
         stale = [
             r["run_id"]
             for r in self.db.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'")
-            if r["host"] != host or not _alive(r["pid"])
+            if r["host"] == host and not _alive(r["pid"])
         ]
         with self.transaction() as db:
             db.executemany(

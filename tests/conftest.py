@@ -1,0 +1,67 @@
+"""Shared fixtures: running the CLI in a subprocess, and small plugin modules on disk."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+TINY = ["--steps", "60", "-q"]
+
+
+class CLI:
+    """Runs ``python -m ssilbench`` with a private data root and results directory."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.results = tmp / "results"
+        self.data = tmp / "data"
+        self.plugin_dir = tmp / "plugin_modules"
+        self.plugin_dir.mkdir()
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(self.plugin_dir), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        env.pop("SSILBENCH_DISABLE_PLUGIN_AUTOLOAD", None)
+        env.pop("SSILBENCH_PLUGINS", None)
+        return env
+
+    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "ssilbench", *args],
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            cwd=self.tmp,
+            timeout=timeout,
+        )
+
+    def run(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        """``ssilbench run`` against this fixture's results and data folders."""
+        return self(
+            "run", *args, "--results", str(self.results), "--data-root", str(self.data), **kw
+        )
+
+    def write_plugin(self, name: str, source: str) -> None:
+        (self.plugin_dir / f"{name}.py").write_text(textwrap.dedent(source))
+
+    def rows(self) -> list[tuple]:
+        db = sqlite3.connect(self.results / "results.sqlite")
+        try:
+            return db.execute(
+                "SELECT run_id, status, attempts, finished_at, score FROM runs ORDER BY run_id"
+            ).fetchall()
+        finally:
+            db.close()
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> CLI:
+    return CLI(tmp_path)

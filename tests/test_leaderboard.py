@@ -1,0 +1,272 @@
+"""Tests of leaderboard statistics, the table model and its Markdown/CSV/JSON renderers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+
+from ssilbench.leaderboard.render import render, to_csv, to_json, to_markdown
+from ssilbench.leaderboard.stats import mean_ci95, t975
+from ssilbench.leaderboard.table import build_table
+
+NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
+
+
+# --- stats -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("df", "expected", "tol"),
+    [
+        (1, 12.706, 1e-9),
+        (2, 4.303, 1e-9),
+        (4, 2.776, 1e-9),
+        (10, 2.228, 1e-9),
+        (30, 2.042, 1e-9),
+        (31, 2.0395, 0.002),
+        (40, 2.021, 0.002),
+        (60, 2.000, 0.002),
+        (120, 1.980, 0.002),
+        (1000, 1.962, 0.002),
+    ],
+)
+def test_t975_known_values(df, expected, tol):
+    assert t975(df) == pytest.approx(expected, abs=tol)
+
+
+def test_t975_decreases_towards_the_normal_quantile():
+    values = [t975(df) for df in range(1, 2001)]
+    assert all(a > b for a, b in zip(values[:-1], values[1:], strict=True))
+    assert values[-1] > 1.959964
+
+
+def test_t975_needs_a_degree_of_freedom():
+    with pytest.raises(ValueError):
+        t975(0)
+
+
+def test_mean_ci95_by_hand():
+    values = [0.2, 0.4, 0.6, 0.9]
+    mean = sum(values) / 4
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / 3)
+    got_mean, got_ci = mean_ci95(values)
+    assert got_mean == pytest.approx(0.525)
+    assert got_ci == pytest.approx(3.182 * sd / 2)
+    assert got_ci == pytest.approx(0.47509, abs=1e-5)
+
+
+def test_mean_ci95_single_and_constant():
+    assert mean_ci95([0.3]) == (0.3, None)
+    assert mean_ci95([0.5, 0.5, 0.5]) == (0.5, 0.0)
+
+
+def test_mean_ci95_empty():
+    with pytest.raises(ValueError):
+        mean_ci95([])
+
+
+# --- the table ---------------------------------------------------------------------------
+
+
+def record(env, method, budget, score, seed=0, metrics=None, report="final", normaliser=NORM):
+    return {
+        "env_label": env,
+        "method_label": method,
+        "budget": budget,
+        "seed": seed,
+        "score": score,
+        "metrics": metrics if metrics is not None else {},
+        "report": report,
+        "normaliser": normaliser,
+    }
+
+
+# maze:10x10: bc and vm_idm over budgets 16, 64, 0.5, all (vm_idm has no 0.5 cell);
+# maze:20x20: one method, one seed.
+SCORES = {
+    ("maze:10x10", "bc", "16"): [0.2, 0.4, 0.6],
+    ("maze:10x10", "bc", "64"): [0.5, 0.7],
+    ("maze:10x10", "bc", "0.5"): [0.8, 0.9, 1.0],
+    ("maze:10x10", "bc", "all"): [1.0, 1.0],
+    ("maze:10x10", "vm_idm", "16"): [0.5, 0.6, 0.7],
+    ("maze:10x10", "vm_idm", "64"): [0.3],
+    ("maze:10x10", "vm_idm", "all"): [1.0, 1.0, 1.0],
+    ("maze:20x20", "bc", "16"): [0.1],
+}
+
+
+def records():
+    out = []
+    for (env, method, budget), scores in SCORES.items():
+        for seed, score in enumerate(scores):
+            accuracy = None if seed == 1 else score / 2
+            metrics = {} if accuracy is None else {"test_accuracy": accuracy}
+            out.append(record(env, method, budget, score, seed, metrics))
+    return out
+
+
+@pytest.fixture
+def table():
+    return build_table(records())
+
+
+def test_tables_per_environment(table):
+    assert [t.env for t in table.tables] == ["maze:10x10", "maze:20x20"]
+    maze10 = table.tables[0]
+    assert maze10.budgets == ["16", "64", "0.5", "all"]
+    assert maze10.methods == ["bc", "vm_idm"]
+    assert maze10.metric == "score"
+    assert maze10.report == "final"
+    assert maze10.normalisers == [NORM]
+
+
+def test_cells_hold_mean_ci_and_seed_count(table):
+    maze10, maze20 = table.tables
+    for (env, method, budget), scores in SCORES.items():
+        t = maze10 if env == "maze:10x10" else maze20
+        cell = t.cell(method, budget)
+        mean, ci = mean_ci95(scores)
+        assert cell.mean == pytest.approx(sum(scores) / len(scores))
+        assert cell.mean == pytest.approx(mean)
+        assert cell.n == len(scores)
+        assert (cell.ci95 is None) == (len(scores) == 1)
+        if ci is not None:
+            assert cell.ci95 == pytest.approx(ci)
+    # bc at 16: sd 0.2 over 3 seeds, t(2) = 4.303
+    assert maze10.cell("bc", "16").ci95 == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+    assert maze10.cell("vm_idm", "0.5") is None
+
+
+def test_best_per_column(table):
+    maze10, maze20 = table.tables
+    best = {
+        (m, b)
+        for m in maze10.methods
+        for b in maze10.budgets
+        if (c := maze10.cell(m, b)) and c.best
+    }
+    assert best == {
+        ("vm_idm", "16"),  # 0.6 > 0.4
+        ("bc", "64"),  # 0.6 > 0.3
+        ("bc", "0.5"),  # alone in its column
+        ("bc", "all"),  # tie at 1.0: both marked
+        ("vm_idm", "all"),
+    }
+    assert maze20.cell("bc", "16").best
+
+
+def test_markdown(table):
+    md = to_markdown(table)
+    assert "## maze:10x10" in md and "## maze:20x20" in md
+    assert "| method | N_L=16 | N_L=64 | N_L=0.5 | N_L=all |" in md
+    assert "Normalised score: success rate" in md
+    assert "rollout success" in md
+    (vm_row,) = [line for line in md.splitlines() if line.startswith("| vm_idm |")]
+    cells = [c.strip() for c in vm_row.strip("|").split("|")]
+    assert cells[0] == "vm_idm"
+    assert cells[1] == "**0.600 ± 0.248 (n=3)**"
+    assert cells[2] == "0.300 (n=1)"
+    assert cells[3] == "–"  # no vm_idm run at N_L=0.5
+    assert cells[4] == "**1.000 ± 0.000 (n=3)**"
+    bc_row = [line for line in md.splitlines() if line.startswith("| bc |")][0]  # maze:10x10
+    assert "| 0.400 ± 0.497 (n=3) |" in bc_row  # not bold: vm_idm is better at 16
+
+
+def test_markdown_escapes_pipes_in_method_labels():
+    md = to_markdown(build_table([record("maze:10x10", "bc (a|b)", "16", 0.5)]))
+    assert "| bc (a\\|b) |" in md
+
+
+def test_markdown_of_an_empty_table():
+    assert "No finished runs" in to_markdown(build_table([]))
+
+
+def test_csv_parses_back(table):
+    rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+    assert len(rows) == len(SCORES)  # one row per non-missing cell
+    by_key = {(r["env"], r["method"], r["budget"]): r for r in rows}
+    assert set(by_key) == set(SCORES)
+    for key, scores in SCORES.items():
+        r = by_key[key]
+        mean, ci = mean_ci95(scores)
+        assert float(r["mean"]) == pytest.approx(mean, rel=1e-5)
+        assert (r["ci95"] == "") == (ci is None)
+        if ci is not None:
+            assert float(r["ci95"]) == pytest.approx(ci, rel=1e-5, abs=1e-9)
+        assert int(r["n"]) == len(scores)
+        assert r["metric"] == "score"
+        assert r["normaliser"] == "success rate"
+    assert by_key[("maze:10x10", "bc", "all")]["best"] == "1"
+    assert by_key[("maze:10x10", "bc", "16")]["best"] == "0"
+
+
+def test_json_parses_and_matches(table):
+    data = json.loads(to_json(table))
+    assert data == table.to_dict()
+    maze10 = data["tables"][0]
+    assert maze10["env"] == "maze:10x10"
+    assert maze10["budgets"] == ["16", "64", "0.5", "all"]
+    assert maze10["cells"]["bc"]["64"]["mean"] == pytest.approx(0.6)
+    assert maze10["cells"]["bc"]["64"]["n"] == 2
+    assert maze10["cells"]["vm_idm"]["64"]["ci95"] is None
+    assert "0.5" not in maze10["cells"]["vm_idm"]
+
+
+def test_render_dispatches(table):
+    assert render(table, "md") == to_markdown(table)
+    assert render(table, "csv") == to_csv(table)
+    assert render(table, "json") == to_json(table)
+
+
+def test_other_metric_uses_the_records_metrics():
+    table = build_table(records(), metric="test_accuracy")
+    maze10 = table.tables[0]
+    assert maze10.metric == "test_accuracy"
+    assert maze10.normalisers == []
+    for (env, method, budget), scores in SCORES.items():
+        if env != "maze:10x10":
+            continue
+        kept = [s / 2 for seed, s in enumerate(scores) if seed != 1]  # seed 1 has no metric
+        cell = maze10.cell(method, budget)
+        assert cell.n == len(kept)
+        assert cell.mean == pytest.approx(sum(kept) / len(kept))
+    md = to_markdown(table)
+    assert "Metric: test_accuracy (not normalised)" in md
+    assert "Normalised score" not in md
+
+
+def test_records_without_the_metric_are_ignored():
+    recs = [
+        record("maze:10x10", "bc", "16", 0.5, 0, {"test_accuracy": 0.25}),
+        record("maze:10x10", "bc", "16", 0.7, 1, {}),
+        record("maze:10x10", "bc", "16", 0.9, 2, None),
+        record("maze:20x20", "bc", "16", 0.9, 0, {}),
+    ]
+    recs[2]["metrics"] = None
+    table = build_table(recs, metric="test_accuracy")
+    assert [t.env for t in table.tables] == ["maze:10x10"]
+    cell = table.tables[0].cell("bc", "16")
+    assert (cell.mean, cell.ci95, cell.n) == (0.25, None, 1)
+
+
+def test_records_without_a_score_are_ignored():
+    recs = [record("maze:10x10", "bc", "16", 0.5), record("maze:10x10", "bc", "16", None, 1)]
+    cell = build_table(recs).tables[0].cell("bc", "16")
+    assert (cell.mean, cell.n) == (0.5, 1)
+
+
+def test_mixed_reports_and_normalisers_are_listed():
+    other = {"name": "return", "low": -1.0, "high": 10.0}
+    recs = [
+        record("e", "bc", "16", 0.5, report="final"),
+        record("e", "bc", "16", 0.7, 1, report="max", normaliser=other),
+    ]
+    t = build_table(recs).tables[0]
+    assert t.report == "final/max"
+    assert t.normalisers == [NORM, other]
+    md = to_markdown(build_table(recs))
+    assert "Normalised score: return, (R − -1) / (10 − -1)" in md
