@@ -23,6 +23,7 @@ from ssilbench.errors import (
     SsilbenchError,
     UnknownNameError,
     UsageError,
+    unknown,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ __all__ = [
     "UsageError",
     "VideoModel",
     "hookimpl",
+    "unknown",
 ]
 
 hookimpl = pluggy.HookimplMarker("ssilbench")
@@ -109,6 +111,8 @@ class EnvSpec(BaseModel):
 
 
 class NoOptions(BaseModel):
+    # Options and Config models need a default for every field: a run's label names only
+    # the values that differ from the defaults.
     """Options model of an environment that takes none."""
 
     model_config = ConfigDict(extra="forbid")
@@ -139,8 +143,11 @@ class Task(ABC):
         """The ground-truth video model v*(s) where the environment knows it, else None."""
         return None
 
-    def metrics(self, policy: Policy) -> dict[str, float]:
-        """Environment-specific evaluation metrics beyond the rollout score."""
+    def metrics(self, policy: Policy, device: torch.device) -> dict[str, float]:
+        """Environment-specific evaluation metrics beyond the rollout score.
+
+        ``device`` is where the policy runs: build its input tensors there.
+        """
         return {}
 
 
@@ -196,6 +203,8 @@ class Architecture(ABC):
 @dataclass(frozen=True)
 class Stage:
     """A named training stage with its share of the run's step budget.
+
+    A stage may have 0 steps (e.g. labeling data with a model fitted in closed form).
 
     ``policy`` stages train the policy that is evaluated periodically; ``data`` says which
     view the stage reads (for caching and for the reader of a method card).

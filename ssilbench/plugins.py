@@ -103,6 +103,8 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
         origin = _origin(name, source)
         try:
             module = source.load() if isinstance(source, EntryPoint) else _import(source)
+            if pm.is_registered(module):
+                continue  # already loaded under its entry-point name
             pm.register(module, name=name)
         except PluginError:
             raise  # a -p name that is not importable at all is the user's typo, not a plugin bug

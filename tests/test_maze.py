@@ -20,6 +20,7 @@ from ssilbench_maze.expert import MOVES, NO_ACTION, transition
 from ssilbench_maze.generate import Maze, generate_maze
 from ssilbench_maze.gym_env import COLOURS, MazeEnv
 
+CPU = torch.device("cpu")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -310,11 +311,11 @@ def test_expert_rollout_reaches_goal_in_every_sub_env(state):
 
 def test_test_accuracy_is_one_for_the_expert_only():
     task = load()
-    assert task.metrics(ExpertTablePolicy(task.maze)) == {"test_accuracy": 1.0}
+    assert task.metrics(ExpertTablePolicy(task.maze), CPU) == {"test_accuracy": 1.0}
     for a in range(4):
-        assert task.metrics(ExpertTablePolicy(task.maze, constant=a))["test_accuracy"] < 1.0
+        assert task.metrics(ExpertTablePolicy(task.maze, constant=a), CPU)["test_accuracy"] < 1.0
     image_task = load(state="image")
-    assert image_task.metrics(ExpertTablePolicy(image_task.maze))["test_accuracy"] == 1.0
+    assert image_task.metrics(ExpertTablePolicy(image_task.maze), CPU)["test_accuracy"] == 1.0
 
 
 def test_spec_describes_the_task():

@@ -247,9 +247,9 @@ class MazeTask(Task):
             self._metric_batches[key] = (obs, actions)
         return self._metric_batches[key]
 
-    def metrics(self, policy: Policy) -> dict[str, float]:
+    def metrics(self, policy: Policy, device: torch.device) -> dict[str, float]:
         """The paper's test accuracy: argmax pi(a|s) == pi*(s) over all feasible states."""
-        obs, actions = self._test_batch(policy_device(policy))
+        obs, actions = self._test_batch(device)
         correct = 0
         with torch.no_grad():
             for start in range(0, len(obs), _METRIC_CHUNK):
@@ -257,18 +257,6 @@ class MazeTask(Task):
                 chosen = probs.argmax(dim=-1).to(actions.device)
                 correct += int((chosen == actions[start : start + _METRIC_CHUNK]).sum())
         return {"test_accuracy": correct / len(obs)}
-
-
-def policy_device(policy: Policy) -> torch.device:
-    """Where the policy wants its inputs: its ``device`` attribute, else its first parameter."""
-    device = getattr(policy, "device", None)
-    if device is not None:
-        return torch.device(device)
-    for value in vars(policy).values():
-        if isinstance(value, torch.nn.Module):
-            for parameter in value.parameters():
-                return parameter.device
-    return torch.device("cpu")
 
 
 class MazeEnvironment(Environment):

@@ -64,7 +64,7 @@ class Evaluator:
             score=float(self.spec.normaliser(mean)),
             mean_return=mean,
             returns=tuple(float(r) for r in returns),
-            metrics=self.task.metrics(policy),
+            metrics=self.task.metrics(policy, self.device),
         )
 
     def close(self) -> None:
