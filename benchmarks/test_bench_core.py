@@ -43,7 +43,7 @@ def _plan(data_root: Path, method: str, steps: int = STEPS):
     sweep = Sweep(methods=[method], envs=["maze:10x10"], budgets=["256"], seeds=[0], steps=steps)
     plan = build_plan(PLUGINS, sweep, data_root)
     [spec] = plan.runs
-    return spec, plan.methods[method], plan.tasks[plan.task_key(spec)]
+    return spec, plan.method_of(spec), plan.task_of(spec)
 
 
 def _cli(*args: str) -> None:

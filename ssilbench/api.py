@@ -8,7 +8,8 @@ an environment never knows which method runs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
@@ -51,6 +52,7 @@ __all__ = [
     "SsilbenchError",
     "Stage",
     "Task",
+    "TestSet",
     "UnknownNameError",
     "UsageError",
     "VideoModel",
@@ -104,6 +106,9 @@ class EnvSpec(BaseModel):
     default_steps: int
     default_arch: str
     normaliser: Normaliser
+    goal_dims: tuple[int, ...] = ()
+    """Indices of vector-observation features that describe the goal (goal-conditioned tasks);
+    methods can leave them out of a network's input (e.g. BC versus BC_G)."""
     budget_unit: Literal["transitions", "demonstrations"] = "transitions"
     report: Literal["final", "max"] = "final"
     """Which evaluation a leaderboard reports: after training, or the best during training."""
@@ -123,7 +128,30 @@ class VideoModel(ABC):
 
     @abstractmethod
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The predicted next state for each state of the batch."""
+        """The most likely next state for each state of the batch."""
+
+    def outcomes(self, obs: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every possible next state with its probability: ``[(prob (B,), next (B, ...))]``.
+
+        A VM-IDM policy marginalises over these, pi(a|s) = sum_k p_k h(a | s, s'_k). The
+        default is the deterministic prediction with probability one; a stochastic
+        environment (e.g. a maze with no-op probability) lists each outcome.
+        """
+        import torch
+
+        return [(torch.ones(len(obs), device=obs.device), self.predict(obs))]
+
+
+@dataclass(frozen=True)
+class TestSet:
+    """Expert transitions (s, pi*(s), v*(s)) on which policies and IDMs are scored offline.
+
+    Arrays are stored observations (as in the dataset), actions are integers.
+    """
+
+    obs: Any
+    actions: Any
+    next_obs: Any
 
 
 class Task(ABC):
@@ -143,8 +171,13 @@ class Task(ABC):
         """The ground-truth video model v*(s) where the environment knows it, else None."""
         return None
 
+    def test_set(self) -> TestSet | None:
+        """Where the environment can enumerate its expert's transitions (e.g. every feasible
+        maze state), the set on which the core reports test accuracy and entropies."""
+        return None
+
     def metrics(self, policy: Policy, device: torch.device) -> dict[str, float]:
-        """Environment-specific evaluation metrics beyond the rollout score.
+        """Environment-specific evaluation metrics beyond the rollout score and test set.
 
         ``device`` is where the policy runs: build its input tensors there.
         """
@@ -172,6 +205,10 @@ class Policy(ABC):
     @abstractmethod
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
         """Action probabilities, shape (batch, num_actions)."""
+
+    def idm_probs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor | None:
+        """h(a | s, s') of the IDM behind the policy, where there is one (diagnostics)."""
+        return None
 
     def act(self, obs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None):
         """Actions for a batch: the most likely one, or one sampled from :meth:`probs`."""
@@ -232,6 +269,14 @@ class Method(ABC):
     def fit(self, ctx: RunContext) -> Policy:
         """Train stage by stage and return the policy."""
 
+    batched: ClassVar[bool] = False
+    """True when :meth:`fit_many` trains several runs as one computation; the runner then
+    hands it every pending run of one task and config (budgets and seeds differ)."""
+
+    def fit_many(self, ctxs: list[RunContext]) -> list[Policy]:
+        """Fit several runs; the default fits them one after the other."""
+        return [self.fit(ctx) for ctx in ctxs]
+
 
 @dataclass
 class RunContext:
@@ -250,12 +295,25 @@ class RunContext:
     plan: StagePlan
     architectures: Callable[[str], Architecture]
     evaluate: Callable[[Policy], float]
+    stopping: Any = None
+    """A ``StoppingRule`` when the run may stop a stage once training has converged."""
     log: Callable[[str], None] = print
     extras: dict[str, Any] = field(default_factory=dict)
 
     def architecture(self, name: str | None) -> Architecture:
         """The named architecture, or the environment's default when ``name`` is None."""
         return self.architectures(name or self.spec.default_arch)
+
+    @contextmanager
+    def seeded(self) -> Iterator[None]:
+        """Torch's global generator seeded from the run seed for the block (and restored
+        after it): networks built inside start from the same weights whether runs are fitted
+        one by one or stacked together."""
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            yield
 
     def generator(self, salt: int = 0) -> torch.Generator:
         """A torch generator seeded from the run seed (and a salt per use)."""

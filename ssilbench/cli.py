@@ -138,12 +138,18 @@ def list_cmd(state: State, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--method", "methods", required=True, help="Comma-separated method names.")
 @click.option(
-    "--env", "envs", required=True, help="Comma-separated ids: family:task or family:all."
+    "--sweep",
+    "sweep_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="A sweep file (TOML) instead of --method/--env/--budgets/--seeds.",
 )
+@click.option("--quick", is_flag=True, help="With --sweep: the file's CI-sized [quick] variant.")
+@click.option("--method", "methods", default=None, help="Comma-separated method names.")
+@click.option("--env", "envs", default=None, help="Comma-separated ids: family:task or family:all.")
 @click.option(
-    "--budgets", required=True, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
+    "--budgets", default=None, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
 )
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated integer seeds.")
 @click.option(
@@ -185,6 +191,8 @@ def list_cmd(state: State, as_json: bool) -> None:
 @click.pass_obj
 def run(
     state: State,
+    sweep_file,
+    quick,
     methods,
     envs,
     budgets,
@@ -208,28 +216,53 @@ def run(
     from ssilbench.runner.store import ResultsStore, ensure_writable
 
     state.quiet = state.quiet or quiet
-    if steps is not None and steps < 1:
-        raise UsageError(f"--steps must be a positive integer, got {steps}.")
-    try:
-        sweep = Sweep(
-            methods=_csv(methods, "method", "--method bc,vm_idm"),
-            envs=_csv(envs, "environment", "--env maze:10x10"),
-            budgets=parse_budgets(budgets),
-            seeds=_seeds(seeds),
-            config=parse_assignments(config, "--config"),
-            options=parse_assignments(options, "--option"),
-            steps=steps,
+    data_root = Path(data_root).expanduser()
+    if sweep_file is not None:
+        given = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets),
+                                ("--config", config), ("--option", options)) if v]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"--sweep takes methods, environments and budgets from the file; drop "
+                f"{', '.join(given)}."
+            )
+        from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+
+        results_dir = ensure_writable(Path(results))
+        plan, sweeps = plan_blocks(
+            state.plugins, load_sweep_file(Path(sweep_file)), Path(sweep_file), data_root, quick
         )
-    except ValidationError as exc:
-        raise UsageError(str(exc)) from None
-    results_dir = ensure_writable(Path(results))
-    plan = build_plan(state.plugins, sweep, Path(data_root).expanduser())
+    else:
+        if quick:
+            raise UsageError("--quick needs --sweep FILE.")
+        missing = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets))
+                   if not v]  # fmt: skip
+        if missing:
+            raise UsageError(
+                f"Missing {', '.join(missing)}: give --method, --env and --budgets, or --sweep "
+                "FILE."
+            )
+        if steps is not None and steps < 1:
+            raise UsageError(f"--steps must be a positive integer, got {steps}.")
+        try:
+            sweep = Sweep(
+                methods=_csv(methods, "method", "--method bc,vm_idm"),
+                envs=_csv(envs, "environment", "--env maze:10x10"),
+                budgets=parse_budgets(budgets),
+                seeds=_seeds(seeds),
+                config=parse_assignments(config, "--config"),
+                options=parse_assignments(options, "--option"),
+                steps=steps,
+            )
+        except ValidationError as exc:
+            raise UsageError(str(exc)) from None
+        results_dir = ensure_writable(Path(results))
+        plan, sweeps = build_plan(state.plugins, sweep, data_root), [sweep]
 
     from ssilbench.runner.sweep import PoolSetup
     from ssilbench.runner.worker import resolve_device
 
     torch_device = resolve_device(device)
-    setup = PoolSetup(state.plugin_flags, sweep, Path(data_root).expanduser(), str(torch_device))
+    setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device))
     with ResultsStore(results_dir) as store:
         report = _run_with_progress(plan, state, store, torch_device, retry_failed, workers, setup)
     summary = (

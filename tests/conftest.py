@@ -29,11 +29,14 @@ class CLI:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(self.plugin_dir), *filter(None, [env.get("PYTHONPATH")])]
         )
+        # One intra-op thread: these runs are tiny, and spinning OpenMP threads make a
+        # loaded machine crawl.
+        env.setdefault("OMP_NUM_THREADS", "1")
         env.pop("SSILBENCH_DISABLE_PLUGIN_AUTOLOAD", None)
         env.pop("SSILBENCH_PLUGINS", None)
         return env
 
-    def __call__(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def __call__(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "ssilbench", *args],
             capture_output=True,

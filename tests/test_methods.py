@@ -35,7 +35,7 @@ def _run(data_root, method, budget="64", seed=0, steps=200, config=None, options
     )
     plan = build_plan(PLUGINS, sweep, data_root)
     [spec] = plan.runs
-    return execute(spec, plan.methods[method], plan.tasks[plan.task_key(spec)], PLUGINS, CPU)
+    return execute(spec, plan.method_of(spec), plan.task_of(spec), PLUGINS, CPU)
 
 
 @pytest.mark.parametrize("method", ["bc", "idm_labeling", "vm_idm"])

@@ -58,7 +58,7 @@ def test_plan_of_a_small_sweep(plugins, data_root):
         assert run.options["state"] == "position"
         assert run.steps == 1500  # the maze default
         assert run.eval_every == 500
-    assert set(plan.methods) == {"bc", "vm_idm"}
+    assert {m.name for m in plan.methods.values()} == {"bc", "vm_idm"}
     (info,) = plan.tasks.values()
     assert info.env == "maze:10x10"
     assert plan.task_key(plan.runs[0]) in plan.tasks
@@ -111,9 +111,9 @@ def test_unknown_option_suggests_the_right_one(plugins, data_root):
     with pytest.raises(ConfigError) as info:
         build_plan(plugins, sweep(options={"stat": "image"}), data_root)
     message = str(info.value)
-    assert "'stat' is not an option" in message
+    assert "'stat' is not a valid key" in message
     assert "Did you mean 'state'?" in message
-    assert "episodes, horizon, maze_seed, state" in message
+    assert "Valid keys: data, episodes" in message and "state" in message
 
 
 def test_wrong_option_value(plugins, data_root):
@@ -157,7 +157,7 @@ def test_scoped_config_key_applies_to_one_method(plugins, data_root):
     configs = {r.method: r.config for r in plan.runs}
     assert configs["bc"]["arch"] == "lc"
     assert configs["vm_idm"]["arch"] is None
-    assert plan.methods["bc"].config.arch == "lc"
+    assert plan.method_of(next(r for r in plan.runs if r.method == "bc")).config.arch == "lc"
 
 
 def test_scoped_key_of_a_method_outside_the_sweep(plugins, data_root):
@@ -208,7 +208,7 @@ def test_label_and_non_default():
 
 def test_label_of_planned_runs(plugins, data_root):
     plan = build_plan(plugins, sweep(config={"bc.arch": "lc"}), data_root)
-    labels = {label(r.method, r.config, plan.methods[r.method].cls.Config) for r in plan.runs}
+    labels = {label(r.method, r.config, plan.method_of(r).cls.Config) for r in plan.runs}
     assert labels == {"bc (arch=lc)", "vm_idm"}
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.train.supervised import ClassifierPolicy, fit_classifier, labeled_tensors
+from ssilbench.train.batched import fit_classifiers
+from ssilbench.train.supervised import (
+    ClassifierPolicy,
+    build_net,
+    fit_classifier,
+    labeled_tensors,
+)
 
 
 class BCConfig(BaseModel):
@@ -19,29 +25,54 @@ class BCConfig(BaseModel):
     batch_size: int | None = Field(
         None, ge=1, description="Minibatch size; None = architecture's rule for |D_L|."
     )
+    use_goal: bool = Field(
+        True, description="False: leave the goal features out of the input (BC rather than BC_G)."
+    )
 
 
 class BC(Method):
     description = "Behaviour cloning on D_L."
     Config = BCConfig
+    batched = True
 
     def stages(self, cfg: BCConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         return [Stage("policy", total_steps, policy=True, data="labeled")]
+
+    def _policy(self, ctx: RunContext) -> ClassifierPolicy:
+        cfg: BCConfig = ctx.config
+        with ctx.seeded():
+            net = build_net(ctx.architecture(cfg.arch), ctx.spec, ctx.spec.num_actions,
+                            use_goal=cfg.use_goal)  # fmt: skip
+        return ClassifierPolicy(net.to(ctx.device))
 
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: BCConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
         s, a, _ = labeled_tensors(ctx.labeled, ctx.device)
-
-        net = arch.build(ctx.spec.obs_shape, ctx.spec.num_actions).to(ctx.device)
-        policy = ClassifierPolicy(net)
+        policy = self._policy(ctx)
         fit_classifier(
-            net,
-            s,
-            a,
-            ctx.plan.stage("policy", policy=policy),
+            policy.net, s, a, ctx.plan.stage("policy", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
             seed=ctx.seed,
-        )
+            rule=ctx.stopping,
+        )  # fmt: skip
         return policy
+
+    def fit_many(self, ctxs: list[RunContext]) -> list[ClassifierPolicy]:
+        # The same computation as `fit` for every run, stacked into one.
+        cfg: BCConfig = ctxs[0].config
+        arch = ctxs[0].architecture(cfg.arch)
+        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        policies = [self._policy(ctx) for ctx in ctxs]
+        fit_classifiers(
+            [p.net for p in policies],
+            [s for s, _, _ in data],
+            [a for _, a, _ in data],
+            [ctx.plan.stage("policy", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
+            lr=cfg.lr or arch.lr,
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            seed=ctxs[0].seed,
+            rule=ctxs[0].stopping,
+        )
+        return policies

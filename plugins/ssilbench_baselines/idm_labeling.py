@@ -13,9 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.tensors import pair, pair_shape
+from ssilbench.data.tensors import pair
+from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.supervised import (
     ClassifierPolicy,
+    build_net,
     fit_classifier,
     labeled_tensors,
     predict_probs,
@@ -39,11 +41,15 @@ class IDMLabelingConfig(BaseModel):
     batch_size: int | None = Field(
         None, ge=1, description="Minibatch size; None = architecture's rule for each stage's data."
     )
+    use_goal: bool = Field(
+        True, description="False: leave the goal features out of the IDM's and the policy's inputs."
+    )
 
 
 class IDMLabeling(Method):
     description = "IDM on D_L labels D_U; a policy is cloned from the labeled D_U."
     Config = IDMLabelingConfig
+    batched = True
 
     def stages(
         self, cfg: IDMLabelingConfig, total_steps: int, spec: EnvSpec, has_video_model: bool
@@ -54,39 +60,73 @@ class IDMLabeling(Method):
             Stage("policy", total_steps - idm_steps, policy=True, data="unlabeled"),
         ]
 
+    def _networks(self, ctx: RunContext) -> ClassifierPolicy:
+        """The policy network with its (untrained) IDM, both seeded from the run."""
+        cfg: IDMLabelingConfig = ctx.config
+        arch, spec = ctx.architecture(cfg.arch), ctx.spec
+        with ctx.seeded():
+            idm = build_net(arch, spec, spec.num_actions, paired=True, use_goal=cfg.use_goal)
+            net = build_net(arch, spec, spec.num_actions, use_goal=cfg.use_goal)
+        return ClassifierPolicy(net.to(ctx.device), idm=idm.to(ctx.device))
+
+    def _labels(self, ctx: RunContext, policy: ClassifierPolicy):
+        """D_U's states and their labels from the frozen IDM (soft or hard)."""
+        u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
+        labels = predict_probs(policy.idm.eval(), pair(u, u_next))
+        return u, labels.argmax(dim=-1) if ctx.config.labels == "hard" else labels
+
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: IDMLabelingConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
-        spec = ctx.spec
         lr = cfg.lr or arch.lr
+        policy = self._networks(ctx)
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
         s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
-        idm = arch.build(pair_shape(spec.obs_shape), spec.num_actions).to(ctx.device)
         fit_classifier(
-            idm,
-            pair(s, s_next),
-            a,
-            ctx.plan.stage("idm"),
-            lr=lr,
-            batch_size=cfg.batch_size or arch.batch_size(len(s)),
-            seed=ctx.seed,
-        )
+            policy.idm, pair(s, s_next), a, ctx.plan.stage("idm"),
+            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(s)), seed=ctx.seed,
+            rule=ctx.stopping,
+        )  # fmt: skip
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
-        u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
-        labels = predict_probs(idm.eval(), pair(u, u_next))
-        if cfg.labels == "hard":
-            labels = labels.argmax(dim=-1)
-        net = arch.build(spec.obs_shape, spec.num_actions).to(ctx.device)
-        policy = ClassifierPolicy(net)
+        u, labels = self._labels(ctx, policy)
         fit_classifier(
-            net,
-            u,
-            labels,
-            ctx.plan.stage("policy", policy=policy),
-            lr=lr,
-            batch_size=cfg.batch_size or arch.batch_size(len(u)),
-            seed=ctx.seed + 1,
-        )
+            policy.net, u, labels, ctx.plan.stage("policy", policy=policy),
+            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)), seed=ctx.seed + 1,
+            rule=ctx.stopping,
+        )  # fmt: skip
         return policy
+
+    def fit_many(self, ctxs: list[RunContext]) -> list[ClassifierPolicy]:
+        # `fit` for every run, each stage stacked into one computation.
+        cfg: IDMLabelingConfig = ctxs[0].config
+        arch = ctxs[0].architecture(cfg.arch)
+        lr = cfg.lr or arch.lr
+        policies = [self._networks(ctx) for ctx in ctxs]
+        pairs = list(zip(ctxs, policies, strict=True))
+
+        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        fit_classifiers(
+            [p.idm for p in policies],
+            [pair(s, s_next) for s, _, s_next in data],
+            [a for _, a, _ in data],
+            [ctx.plan.stage("idm") for ctx in ctxs],
+            lr=lr,
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            seed=ctxs[0].seed,
+            rule=ctxs[0].stopping,
+        )
+
+        labeled_u = [self._labels(ctx, p) for ctx, p in pairs]
+        fit_classifiers(
+            [p.net for p in policies],
+            [u for u, _ in labeled_u],
+            [labels for _, labels in labeled_u],
+            [ctx.plan.stage("policy", policy=p) for ctx, p in pairs],
+            lr=lr,
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(u)) for u, _ in labeled_u],
+            seed=ctxs[0].seed + 1,
+            rule=ctxs[0].stopping,
+        )
+        return policies

@@ -13,11 +13,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import ArchitectureName, ConfigError, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.tensors import pair, pair_shape
+from ssilbench.api import (
+    ArchitectureName,
+    ConfigError,
+    EnvSpec,
+    Method,
+    RunContext,
+    Stage,
+    VideoModel,
+)
+from ssilbench.data.tensors import pair
+from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.supervised import (
     RegressionVideoModel,
     VMIDMPolicy,
+    build_net,
     fit_classifier,
     fit_regressor,
     labeled_tensors,
@@ -42,6 +52,11 @@ class VMIDMConfig(BaseModel):
     batch_size: int | None = Field(
         None, ge=1, description="Minibatch size; None = architecture's rule for each stage's data."
     )
+    use_goal: bool = Field(
+        True,
+        description="False: the IDM does not see the goal features "
+        "(VM*_G-IDM rather than VM*_G-IDM_G).",
+    )
 
 
 def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
@@ -56,6 +71,7 @@ def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
 class VMIDM(Method):
     description = "IDM on D_L applied to a video model's next state (ground truth or learned)."
     Config = VMIDMConfig
+    batched = True
 
     def stages(self, cfg: VMIDMConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         if not _learned(cfg, has_video_model):
@@ -66,39 +82,62 @@ class VMIDM(Method):
             Stage("idm", total_steps - vm_steps, policy=True, data="labeled"),
         ]
 
-    def fit(self, ctx: RunContext) -> VMIDMPolicy:
+    def _video_model(self, ctx: RunContext) -> VideoModel:
+        """The environment's v*, or one learned on D_U (s' = s + net(s), squared error)."""
+        cfg: VMIDMConfig = ctx.config
+        if not _learned(cfg, ctx.video_model is not None):
+            return ctx.video_model
+        spec = ctx.spec
+        vm_arch = ctx.architecture(cfg.vm_arch or ("mlp5" if spec.obs_kind == "vector" else "cnn5"))
+        u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
+        with ctx.seeded():
+            vm_net = vm_arch.build(spec.obs_shape, math.prod(spec.obs_shape)).to(ctx.device)
+        fit_regressor(
+            vm_net, u, u_next - u, ctx.plan.stage("video_model"),
+            lr=cfg.lr or vm_arch.lr,
+            batch_size=cfg.batch_size or vm_arch.batch_size(len(u)),
+            seed=ctx.seed + 2,
+            rule=ctx.stopping,
+        )  # fmt: skip
+        return RegressionVideoModel(vm_net.eval(), spec.obs_shape)
+
+    def _policy(self, ctx: RunContext, video_model: VideoModel) -> VMIDMPolicy:
         cfg: VMIDMConfig = ctx.config
         spec = ctx.spec
+        with ctx.seeded():
+            idm = build_net(ctx.architecture(cfg.arch), spec, spec.num_actions, paired=True,
+                            use_goal=cfg.use_goal)  # fmt: skip
+        return VMIDMPolicy(idm.to(ctx.device), video_model)
 
-        video_model = ctx.video_model
-        if _learned(cfg, video_model is not None):
-            vm_arch = ctx.architecture(
-                cfg.vm_arch or ("mlp5" if spec.obs_kind == "vector" else "cnn5")
-            )
-            u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
-            vm_net = vm_arch.build(spec.obs_shape, math.prod(spec.obs_shape)).to(ctx.device)
-            fit_regressor(
-                vm_net,
-                u,
-                u_next - u,
-                ctx.plan.stage("video_model"),
-                lr=cfg.lr or vm_arch.lr,
-                batch_size=cfg.batch_size or vm_arch.batch_size(len(u)),
-                seed=ctx.seed + 2,
-            )
-            video_model = RegressionVideoModel(vm_net.eval(), spec.obs_shape)
-
+    def fit(self, ctx: RunContext) -> VMIDMPolicy:
+        cfg: VMIDMConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
+        policy = self._policy(ctx, self._video_model(ctx))
         s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
-        idm = arch.build(pair_shape(spec.obs_shape), spec.num_actions).to(ctx.device)
-        policy = VMIDMPolicy(idm, video_model)
         fit_classifier(
-            idm,
-            pair(s, s_next),
-            a,
-            ctx.plan.stage("idm", policy=policy),
+            policy.idm, pair(s, s_next), a, ctx.plan.stage("idm", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
             seed=ctx.seed,
-        )
+            rule=ctx.stopping,
+        )  # fmt: skip
         return policy
+
+    def fit_many(self, ctxs: list[RunContext]) -> list[VMIDMPolicy]:
+        # The IDM stage of every run stacked into one computation (video models, when
+        # learned, are fitted run by run first).
+        cfg: VMIDMConfig = ctxs[0].config
+        arch = ctxs[0].architecture(cfg.arch)
+        policies = [self._policy(ctx, self._video_model(ctx)) for ctx in ctxs]
+        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        fit_classifiers(
+            [p.idm for p in policies],
+            [pair(s, s_next) for s, _, s_next in data],
+            [a for _, a, _ in data],
+            [ctx.plan.stage("idm", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
+            lr=cfg.lr or arch.lr,
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            seed=ctxs[0].seed,
+            rule=ctxs[0].stopping,
+        )
+        return policies

@@ -13,6 +13,7 @@ import torch
 
 from ssilbench.api import EnvSpec, Policy, Task
 from ssilbench.data.tensors import as_model_input
+from ssilbench.eval.diagnostics import TestSetScorer
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Evaluator:
         self.spec = task.spec
         self.device = device
         self.venv = task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
+        test_set = task.test_set()
+        self.test_set = TestSetScorer(test_set, device) if test_set is not None else None
 
     def __call__(self, policy: Policy) -> EvalResult:
         generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
@@ -64,7 +67,10 @@ class Evaluator:
             score=float(self.spec.normaliser(mean)),
             mean_return=mean,
             returns=tuple(float(r) for r in returns),
-            metrics=self.task.metrics(policy, self.device),
+            metrics={
+                **(self.test_set(policy) if self.test_set is not None else {}),
+                **self.task.metrics(policy, self.device),
+            },
         )
 
     def close(self) -> None:

@@ -50,11 +50,15 @@ def format_validation(error: ValidationError, what: str, model: type[BaseModel])
     for err in error.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(config)"
         if err["type"] == "extra_forbidden":
-            parts.append(f"'{loc}' is not an option of {what}.{did_you_mean(loc, fields)}")
+            parts.append(f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}")
         else:
             parts.append(f"'{loc}': {err['msg']} (got {err.get('input')!r})")
     valid = ", ".join(fields) if fields else "(none)"
-    return f"Invalid {what}: " + "; ".join(parts) + f". Valid keys: {valid}."
+    return (
+        f"Invalid {what}: "
+        + " ".join(p if p.endswith((".", "?")) else p + "." for p in parts)
+        + f" Valid keys: {valid}."
+    )
 
 
 def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) -> BaseModel:
@@ -100,10 +104,29 @@ class Plan:
 
     runs: list[RunSpec]
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
-    methods: dict[str, MethodInfo] = field(default_factory=dict)
+    methods: dict[str, MethodInfo] = field(default_factory=dict)  # by method_key
 
-    def task_key(self, spec: RunSpec) -> str:
+    @staticmethod
+    def task_key(spec: RunSpec) -> str:
         return spec.env + json.dumps(spec.options, sort_keys=True)
+
+    @staticmethod
+    def method_key(name: str, config: dict[str, Any]) -> str:
+        return name + json.dumps(config, sort_keys=True)
+
+    def task_of(self, spec: RunSpec) -> TaskInfo:
+        return self.tasks[self.task_key(spec)]
+
+    def method_of(self, spec: RunSpec) -> MethodInfo:
+        return self.methods[self.method_key(spec.method, spec.config)]
+
+    def extend(self, other: Plan) -> None:
+        """Add another plan's runs (a sweep file's blocks become one plan); runs that both
+        contain are kept once."""
+        seen = {spec.run_id for spec in self.runs}
+        self.runs += [spec for spec in other.runs if spec.run_id not in seen]
+        self.tasks.update(other.tasks)
+        self.methods.update(other.methods)
 
 
 def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
@@ -166,8 +189,12 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
     """Resolve and check a sweep. Raises an SsilbenchError on the first problem found."""
     plan = Plan(runs=[])
     classes = [plugins.methods.load(name) for name in sweep.methods]
-    for name, cls in zip(sweep.methods, classes, strict=True):
-        plan.methods[name] = MethodInfo(name, cls, _method_config(name, cls, sweep, classes))
+    methods = {
+        name: MethodInfo(name, cls, _method_config(name, cls, sweep, classes))
+        for name, cls in zip(sweep.methods, classes, strict=True)
+    }
+    for m in methods.values():
+        plan.methods[Plan.method_key(m.name, m.config.model_dump(mode="json"))] = m
 
     for family, task_name in _expand_envs(plugins, sweep.envs):
         environment = plugins.environments.create(family)
@@ -183,7 +210,7 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
             resolve_budget(budget, available, spec.budget_unit)
         has_vm = task.video_model() is not None
         steps = sweep.steps or spec.default_steps
-        for m in plan.methods.values():
+        for m in methods.values():
             _check_architectures(m, spec, plugins)
             try:
                 check_stages(m.cls().stages(m.config, steps, spec, has_vm), steps, m.name)
@@ -199,13 +226,14 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
                     plan.runs.append(
                         RunSpec(
                             method=method_name,
-                            config=plan.methods[method_name].config.model_dump(mode="json"),
+                            config=methods[method_name].config.model_dump(mode="json"),
                             env=info.env,
                             options=options_json,
                             budget=budget,
                             seed=seed,
                             steps=steps,
-                            eval_every=spec.eval_every,
+                            eval_every=sweep.eval_every or spec.eval_every,
+                            stop_early=sweep.stop_early,
                         )
                     )
     return plan

@@ -27,6 +27,7 @@ class RunSpec(BaseModel):
     seed: int
     steps: int
     eval_every: int
+    stop_early: bool = False
     version: int = SPEC_VERSION
 
     def canonical_json(self) -> str:
@@ -53,6 +54,8 @@ class Sweep(BaseModel):
     config: dict[str, Any] = {}
     options: dict[str, Any] = {}
     steps: int | None = Field(None, ge=1)
+    eval_every: int | None = Field(None, ge=1)
+    stop_early: bool = False
 
     @field_validator("budgets")
     @classmethod

@@ -21,7 +21,7 @@ from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import Plan, label
 from ssilbench.runner.spec import RunSpec, Sweep
 from ssilbench.runner.store import ResultsStore, RunOutcome
-from ssilbench.runner.worker import describe_device, execute, versions
+from ssilbench.runner.worker import describe_device, execute, execute_many, versions
 
 
 @dataclass
@@ -39,8 +39,8 @@ class SweepReport:
 
 def run_label(plan: Plan, spec: RunSpec) -> tuple[str, str]:
     """(method label, env label) with non-default config/options spelled out."""
-    method = plan.methods[spec.method]
-    task = plan.tasks[plan.task_key(spec)]
+    method = plan.method_of(spec)
+    task = plan.task_of(spec)
     return (
         label(spec.method, spec.config, method.cls.Config),
         label(spec.env, spec.options, type(task.options)),
@@ -52,20 +52,54 @@ class PoolSetup:
     """What a pool worker needs to rebuild the same plan in its own process."""
 
     plugin_flags: tuple[str, ...]
-    sweep: Sweep
+    sweeps: list[Sweep]
     data_root: Path
     device: str
 
 
-def _execute(plan: Plan, plugins: Plugins, spec: RunSpec, device: torch.device):
+MAX_GROUP = 64  # runs stacked into one computation at most
+
+
+def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
+    """Pending runs in execution units: runs of a batched method that share the task, the
+    config and the step settings go together (budgets and seeds differ); others alone."""
+    units: dict[tuple, list[int]] = {}
+    out: list[list[int]] = []
+    for index in pending:
+        spec = plan.runs[index]
+        if not plan.method_of(spec).cls.batched:
+            out.append([index])
+            continue
+        key = (Plan.method_key(spec.method, spec.config), Plan.task_key(spec), spec.steps,
+               spec.eval_every, spec.stop_early)  # fmt: skip
+        unit = units.setdefault(key, [])
+        if not unit:
+            out.append(unit)
+        unit.append(index)
+        if len(unit) == MAX_GROUP:
+            del units[key]
+    return out
+
+
+def _execute(plan: Plan, plugins: Plugins, unit: list[int], device: torch.device):
+    """Run one unit; yields (index, status, payload, wall seconds) per run. A stacked run's
+    wall time is its share of the unit's."""
     began = time.perf_counter()
+    specs = [plan.runs[i] for i in unit]
     try:
-        outcome = execute(
-            spec, plan.methods[spec.method], plan.tasks[plan.task_key(spec)], plugins, device
-        )
+        if len(specs) == 1:
+            outcomes = [execute(specs[0], plan.method_of(specs[0]), plan.task_of(specs[0]),
+                                plugins, device)]  # fmt: skip
+        else:
+            outcomes = execute_many(
+                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device
+            )
     except Exception as exc:
-        return "failed", (traceback.format_exc(), f"{type(exc).__name__}: {exc}"), began
-    return "done", outcome, began
+        error = (traceback.format_exc(), f"{type(exc).__name__}: {exc}")
+        wall = (time.perf_counter() - began) / len(unit)
+        return [(i, "failed", error, wall) for i in unit]
+    wall = (time.perf_counter() - began) / len(unit)
+    return [(i, "done", o, wall) for i, o in zip(unit, outcomes, strict=True)]
 
 
 _WORKER: dict[str, Any] = {}
@@ -77,32 +111,26 @@ def _init_worker(setup: PoolSetup) -> None:
 
     torch.set_num_threads(1)
     plugins = load_plugins(setup.plugin_flags)
-    _WORKER.update(
-        plugins=plugins,
-        plan=build_plan(plugins, setup.sweep, setup.data_root),
-        device=torch.device(setup.device),
-    )
+    plan = Plan(runs=[])
+    for sweep in setup.sweeps:
+        plan.extend(build_plan(plugins, sweep, setup.data_root))
+    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device))
 
 
-def _work(index: int) -> tuple[str, Any, float]:
-    status, payload, began = _execute(
-        _WORKER["plan"], _WORKER["plugins"], _WORKER["plan"].runs[index], _WORKER["device"]
-    )
-    return status, payload, time.perf_counter() - began
+def _work(unit: list[int]) -> list[tuple]:
+    return _execute(_WORKER["plan"], _WORKER["plugins"], unit, _WORKER["device"])
 
 
-def _in_pool(pending: list[int], setup: PoolSetup, workers: int) -> Iterator[tuple]:
+def _in_pool(units: list[list[int]], setup: PoolSetup, workers: int) -> Iterator[tuple]:
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(
         workers, mp_context=context, initializer=_init_worker, initargs=(setup,)
     ) as pool:
-        todo = {pool.submit(_work, index): index for index in pending}
+        todo = {pool.submit(_work, unit) for unit in units}
         while todo:
-            finished, _ = wait(todo, return_when=FIRST_COMPLETED)
+            finished, todo = wait(todo, return_when=FIRST_COMPLETED)
             for future in finished:
-                index = todo.pop(future)
-                status, payload, wall = future.result()
-                yield index, status, payload, wall
+                yield from future.result()
 
 
 def run_sweep(
@@ -152,20 +180,23 @@ def run_sweep(
             report.failed.append((describe(index), payload[1]))
         notify(status, describe(index))
 
-    if workers > 1 and len(pending) > 1:
+    units = groups(plan, pending)
+    if workers > 1 and len(units) > 1:
         if setup is None:
             raise ValueError("a pool needs the PoolSetup to rebuild the plan in its workers")
         for index in pending:
             store.start(plan.runs[index], *labels[index], device_name, provenance)
         notify("start", f"{len(pending)} runs on {workers} workers")
-        for index, status, payload, wall in _in_pool(pending, setup, workers):
+        for index, status, payload, wall in _in_pool(units, setup, workers):
             record(index, status, payload, wall)
         return report
 
-    for index in pending:
-        spec = plan.runs[index]
-        notify("start", describe(index))
-        store.start(spec, *labels[index], device_name, provenance)
-        status, payload, began = _execute(plan, plugins, spec, device)
-        record(index, status, payload, time.perf_counter() - began)
+    for unit in units:
+        for index in unit:
+            store.start(plan.runs[index], *labels[index], device_name, provenance)
+        notify(
+            "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
+        )
+        for index, status, payload, wall in _execute(plan, plugins, unit, device):
+            record(index, status, payload, wall)
     return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import platform
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from ssilbench.runner.plan import MethodInfo, TaskInfo
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.store import RunOutcome
 from ssilbench.train.budget import StagePlan, check_stages
-from ssilbench.train.loop import seed_everything
+from ssilbench.train.loop import StoppingRule, seed_everything
 
 
 def resolve_device(name: str) -> torch.device:
@@ -58,20 +59,29 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
-def execute(
+@dataclass
+class PreparedRun:
+    """One run's context, evaluator and timeline, ready for its method to fit."""
+
+    spec: RunSpec
+    method: MethodInfo
+    ctx: RunContext
+    evaluator: Evaluator
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+
+def prepare(
     spec: RunSpec, method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
-) -> RunOutcome:
-    """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
+) -> PreparedRun:
+    """Split the data, declare and check the stages, and build the run's context."""
     seed_everything(spec.seed)
     env_spec = task.spec
     labeled, unlabeled = split(task.dataset, spec.budget, spec.seed, env_spec.budget_unit)
     video_model = task.task.video_model()
-    instance = method.cls()
-    stages = instance.stages(method.config, spec.steps, env_spec, video_model is not None)
+    stages = method.cls().stages(method.config, spec.steps, env_spec, video_model is not None)
     check_stages(stages, spec.steps, spec.method)
-
-    evaluator = Evaluator(task.task, device)
     timeline: list[dict[str, Any]] = []
+    evaluator = Evaluator(task.task, device)
 
     def evaluate(policy) -> float:
         result = evaluator(policy)
@@ -97,27 +107,59 @@ def execute(
         plan=plan,
         architectures=plugins.architectures.create,
         evaluate=evaluate,
+        stopping=StoppingRule() if spec.stop_early else None,
     )
-    try:
-        policy = method.cls.fit(instance, ctx)
-        report = plan.check_spent()
-        if not timeline or timeline[-1]["step"] != plan.global_step:
-            evaluate(policy)
-    finally:
-        evaluator.close()
+    return PreparedRun(spec, method, ctx, evaluator, timeline)
 
-    final = timeline[-1]
+
+def finish(run: PreparedRun, policy) -> RunOutcome:
+    """Check the step accounting, make sure the final policy is evaluated, summarise."""
+    try:
+        report = run.ctx.plan.check_spent()
+        if not run.timeline or run.timeline[-1]["step"] != run.ctx.plan.global_step:
+            run.ctx.evaluate(policy)
+    finally:
+        run.evaluator.close()
+    env_spec = run.ctx.spec
+    final = run.timeline[-1]
     final_score = final["score"]
-    max_score = max(entry["score"] for entry in timeline)
-    metrics = {k: v for k, v in final.items() if k not in ("step", "score")}
+    max_score = max(entry["score"] for entry in run.timeline)
     return RunOutcome(
-        n_labeled=len(labeled),
+        n_labeled=len(run.ctx.labeled),
         score=final_score if env_spec.report == "final" else max_score,
         final_score=final_score,
         max_score=max_score,
         report=env_spec.report,
         normaliser=env_spec.normaliser.model_dump(),
-        timeline=timeline,
-        metrics=metrics,
+        timeline=run.timeline,
+        metrics={k: v for k, v in final.items() if k not in ("step", "score")},
         stages=report,
     )
+
+
+def execute(
+    spec: RunSpec, method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+) -> RunOutcome:
+    """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
+    run = prepare(spec, method, task, plugins, device)
+    try:
+        policy = method.cls().fit(run.ctx)
+    except BaseException:
+        run.evaluator.close()
+        raise
+    return finish(run, policy)
+
+
+def execute_many(
+    specs: list[RunSpec], method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+) -> list[RunOutcome]:
+    """Runs of one method and task that differ only in budget and seed, fitted together
+    through the method's ``fit_many`` (one stacked computation)."""
+    runs = [prepare(spec, method, task, plugins, device) for spec in specs]
+    try:
+        policies = method.cls().fit_many([run.ctx for run in runs])
+    except BaseException:
+        for run in runs:
+            run.evaluator.close()
+        raise
+    return [finish(run, policy) for run, policy in zip(runs, policies, strict=True)]

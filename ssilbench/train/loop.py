@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ssilbench.train.budget import StageBudget
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """When a stage may end before its budget, the same for every method and run.
+
+    Every ``check_every`` steps the full training loss is measured; the stage stops when it
+    is below ``abs_tol`` or improved by less than ``rel_tol`` (relative) since the previous
+    check.
+    """
+
+    check_every: int = 250
+    abs_tol: float = 1e-4
+    rel_tol: float = 0.01
+
+    def describe(self) -> str:
+        return (
+            f"converged: training loss < {self.abs_tol:g} or improved by < {self.rel_tol:.0%} "
+            f"over {self.check_every} steps"
+        )
 
 
 class BatchSampler:
@@ -43,12 +64,15 @@ def optimise(
     batch_size: int,
     seed: int,
     clip_grad_norm: float | None = None,
+    rule: StoppingRule | None = None,
 ) -> float:
-    """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent; returns the last loss."""
+    """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent or ``rule`` stops it;
+    returns the last loss. ``loss_fn(slice(None))`` must give the full training loss."""
     params = [p for p in params if p.requires_grad]
     optimiser = adam(params, lr)
     sampler = BatchSampler(n, batch_size, seed)
     last: torch.Tensor | None = None
+    previous = float("inf")
     while budget.remaining > 0:
         loss = loss_fn(sampler.next())
         optimiser.zero_grad(set_to_none=True)
@@ -58,6 +82,12 @@ def optimise(
         optimiser.step()
         last = loss.detach()  # converted once at the end: no device sync per step
         budget.tick()
+        if rule is not None and budget.used % rule.check_every == 0 and budget.remaining:
+            with torch.no_grad():
+                current = float(loss_fn(slice(None)))
+            if current < rule.abs_tol or (previous - current) < rule.rel_tol * previous:
+                budget.stop_early(f"{rule.describe()} (step {budget.used})")
+            previous = current
     return float("nan") if last is None else float(last)
 
 

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssilbench.api import Policy, VideoModel
+from ssilbench.api import Architecture, EnvSpec, Policy, VideoModel
 from ssilbench.data.split import LabeledView, UnlabeledView
-from ssilbench.data.tensors import as_model_input, pair
+from ssilbench.data.tensors import as_model_input, pair, pair_shape
 from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import optimise
+from ssilbench.train.loop import StoppingRule, optimise
 
 
 def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -38,6 +38,7 @@ def fit_classifier(
     lr: float,
     batch_size: int,
     seed: int,
+    rule: StoppingRule | None = None,
 ) -> float:
     """Cross-entropy to hard labels (long targets) or to distributions (float targets)."""
     soft = targets.is_floating_point()
@@ -49,8 +50,9 @@ def fit_classifier(
         return F.cross_entropy(logits, targets[rows])
 
     return optimise(
-        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed
-    )
+        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
+        rule=rule,
+    )  # fmt: skip
 
 
 def fit_regressor(
@@ -62,6 +64,7 @@ def fit_regressor(
     lr: float,
     batch_size: int,
     seed: int,
+    rule: StoppingRule | None = None,
 ) -> float:
     """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened)."""
 
@@ -69,8 +72,9 @@ def fit_regressor(
         return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
 
     return optimise(
-        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed
-    )
+        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
+        rule=rule,
+    )  # fmt: skip
 
 
 @torch.no_grad()
@@ -81,15 +85,49 @@ def predict_probs(net: nn.Module, inputs: torch.Tensor, chunk: int = 8192) -> to
     )
 
 
-class ClassifierPolicy(Policy):
-    """pi(a | s) = softmax(net(s))."""
+class SelectFeatures(nn.Module):
+    """Keeps some features of a vector input (e.g. everything but the goal)."""
 
-    def __init__(self, net: nn.Module) -> None:
+    def __init__(self, index: list[int]) -> None:
+        super().__init__()
+        self.register_buffer("index", torch.as_tensor(index, dtype=torch.long))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.index_select(1, self.index)
+
+
+def build_net(
+    arch: Architecture, spec: EnvSpec, out: int, paired: bool = False, use_goal: bool = True
+) -> nn.Module:
+    """A network on observations (or (s, s') pairs when ``paired``) with ``out`` outputs.
+
+    With ``use_goal=False`` the environment's goal features are left out of the input, the
+    way the paper contrasts BC with goal-conditioned BC_G.
+    """
+    shape = pair_shape(spec.obs_shape) if paired else spec.obs_shape
+    if use_goal or not spec.goal_dims:
+        return arch.build(shape, out)
+    dim = spec.obs_shape[0]
+    keep = [i for i in range(dim) if i not in spec.goal_dims]
+    if paired:
+        keep += [dim + i for i in keep]
+    return nn.Sequential(SelectFeatures(keep), arch.build((len(keep),), out))
+
+
+class ClassifierPolicy(Policy):
+    """pi(a | s) = softmax(net(s)); ``idm`` is the IDM it was distilled from, if any."""
+
+    def __init__(self, net: nn.Module, idm: nn.Module | None = None) -> None:
         self.net = net
+        self.idm = idm
 
     @torch.no_grad()
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
         return F.softmax(self.net(obs), dim=-1)
+
+    @torch.no_grad()
+    def idm_probs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor | None:
+        return None if self.idm is None else F.softmax(self.idm(pair(obs, next_obs)), dim=-1)
 
 
 class RegressionVideoModel(VideoModel):
@@ -108,7 +146,11 @@ class RegressionVideoModel(VideoModel):
 
 
 class VMIDMPolicy(Policy):
-    """pi(a | s) = h(a | s, v(s)): the IDM applied to the video model's predicted next state."""
+    """pi(a | s) = sum_k p_k h(a | s, s'_k) over the video model's outcomes s'_k.
+
+    For a deterministic video model this is h(a | s, v(s)); for a stochastic one (e.g. a
+    maze whose agent stays put with probability p) it is the paper's closed form.
+    """
 
     def __init__(self, idm: nn.Module, video_model: VideoModel) -> None:
         self.idm = idm
@@ -116,4 +158,12 @@ class VMIDMPolicy(Policy):
 
     @torch.no_grad()
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
-        return F.softmax(self.idm(pair(obs, self.video_model.predict(obs))), dim=-1)
+        total = None
+        for prob, next_obs in self.video_model.outcomes(obs):
+            term = prob[:, None] * F.softmax(self.idm(pair(obs, next_obs)), dim=-1)
+            total = term if total is None else total + term
+        return total
+
+    @torch.no_grad()
+    def idm_probs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        return F.softmax(self.idm(pair(obs, next_obs)), dim=-1)

@@ -1,0 +1,200 @@
+"""Declarative sweep files (TOML): blocks of methods x environments x options x budgets x seeds.
+
+```toml
+name = "environment-complexity"
+title = "Varying the environment complexity"
+metric = "test_accuracy"          # what `plot` and `report` read from each run
+
+[[block]]
+panel = "positions, low capacity" # figure panel; runs of one panel share an axis
+methods = ["bc", "vm_idm"]
+envs = ["maze:10x10", "maze:20x20"]
+options = { state = "position", data = "states", noop = [0.0, 0.5] }  # lists are axes
+config = { arch = "lc", "vm_idm.video_model" = "ground_truth" }
+budgets = [0.05, 0.5, 1.0]
+seeds = [0, 1, 2, 3, 4]
+steps = 20000
+
+[labels]                          # optional display names for method labels
+"vm_idm (arch=lc, video_model=ground_truth)" = "VM*-IDM (LC)"
+
+[quick]                           # overrides for `--quick` (CI-sized) runs, every block
+seeds = [0, 1]
+steps = 500
+```
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ssilbench.data.split import parse_budget
+from ssilbench.errors import SsilbenchError, UsageError
+from ssilbench.runner.spec import Sweep
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+Scalar = str | int | float | bool
+
+
+def _budgets(value: list[Any]) -> list[str]:
+    try:
+        return [parse_budget(str(v)) for v in value]
+    except UsageError as exc:  # reported by pydantic with the block's location
+        raise ValueError(str(exc)) from None
+
+
+class Block(BaseModel):
+    """One product of axes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    panel: str = Field("", description="Figure panel this block's runs are drawn in.")
+    methods: list[str] = Field(min_length=1)
+    envs: list[str] = Field(min_length=1)
+    budgets: list[Scalar] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    options: dict[str, Scalar | list[Scalar]] = {}
+    config: dict[str, Scalar | None] = {}
+    steps: int | None = Field(None, ge=1)
+    eval_every: int | None = Field(
+        None, ge=1, description="Evaluate every N steps of a policy stage."
+    )
+    stop_early: bool = Field(False, description="Stop stages once converged (StoppingRule).")
+
+    @field_validator("budgets")
+    @classmethod
+    def _check_budgets(cls, value: list[Any]) -> list[str]:
+        return _budgets(value)
+
+    @field_validator("options")
+    @classmethod
+    def _no_empty_axis(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, axis in value.items():
+            if isinstance(axis, list) and not axis:
+                raise ValueError(f"option '{key}' is an empty list; give at least one value")
+        return value
+
+    def sweeps(self) -> list[Sweep]:
+        """One Sweep per combination of the list-valued options."""
+        keys = [k for k, v in self.options.items() if isinstance(v, list)]
+        fixed = {k: v for k, v in self.options.items() if not isinstance(v, list)}
+        out = []
+        for combo in itertools.product(*(self.options[k] for k in keys)):
+            out.append(
+                Sweep(
+                    methods=self.methods,
+                    envs=self.envs,
+                    budgets=[str(b) for b in self.budgets],
+                    seeds=self.seeds,
+                    config=self.config,
+                    options={**fixed, **dict(zip(keys, combo, strict=True))},
+                    steps=self.steps,
+                    eval_every=self.eval_every,
+                    stop_early=self.stop_early,
+                )
+            )
+        return out
+
+
+class QuickOverrides(BaseModel):
+    """Replacements applied to every block by ``--quick``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    envs: list[str] | None = Field(None, min_length=1)
+    budgets: list[Scalar] | None = Field(None, min_length=1)
+    seeds: list[int] | None = Field(None, min_length=1)
+    steps: int | None = Field(None, ge=1)
+    eval_every: int | None = Field(None, ge=1)
+    options: dict[str, Scalar | list[Scalar]] | None = None
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    title: str = ""
+    description: str = ""
+    metric: str = "score"
+    x_label: str = "N_L"
+    block: list[Block] = Field(min_length=1)
+    labels: dict[str, str] = {}
+    quick: QuickOverrides | None = None
+
+    def blocks(self, quick: bool = False) -> list[Block]:
+        if not quick:
+            return list(self.block)
+        if self.quick is None:
+            raise UsageError(
+                f"Sweep file '{self.name}' has no [quick] section; run it without --quick."
+            )
+        changes = self.quick.model_dump(exclude_none=True)
+        return [Block.model_validate({**b.model_dump(), **changes}) for b in self.block]
+
+    def display(self, method_label: str) -> str:
+        return self.labels.get(method_label, method_label)
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1] = f"{parts[-1]}[{item + 1}]" if parts else f"[{item + 1}]"
+        else:
+            parts.append(str(item))
+    return ".".join(parts)
+
+
+def load_sweep_file(path: Path) -> SweepFile:
+    """Parse and validate a sweep file; every problem names the file and the key or line."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"Sweep file {path} does not exist.") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"Sweep file {path} is not valid TOML: {exc}.") from None
+    try:
+        return SweepFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = _location(err["loc"]) or "(top level)"
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown key '{where}'")
+            else:
+                message = err["msg"].removeprefix("Value error, ")
+                problems.append(f"'{where}': {message}")
+        allowed = (
+            "top level: name, title, description, metric, x_label, block, labels, quick; "
+            "[[block]]: panel, methods, envs, budgets, seeds, options, config, steps, eval_every, "
+            "stop_early"
+        )
+        raise UsageError(
+            f"Sweep file {path}: " + "; ".join(problems) + f". Allowed keys — {allowed}."
+        ) from None
+
+
+def plan_blocks(plugins, sweep_file: SweepFile, path: Path, data_root: Path, quick: bool):
+    """One checked plan for every block of the file; errors name the file and the block."""
+    from ssilbench.runner.plan import Plan, build_plan
+
+    plan = Plan(runs=[])
+    sweeps = []
+    for number, block in enumerate(sweep_file.blocks(quick), start=1):
+        for sweep in block.sweeps():
+            try:
+                plan.extend(build_plan(plugins, sweep, data_root))
+            except SsilbenchError as exc:
+                raise type(exc)(f"Sweep file {path}, block {number}: {exc}") from None
+            sweeps.append(sweep)
+    return plan, sweeps
