@@ -149,6 +149,8 @@ class TestSet:
     Arrays are stored observations (as in the dataset), actions are integers.
     """
 
+    __test__ = False  # not a pytest test class, despite its name
+
     obs: Any
     actions: Any
     next_obs: Any

@@ -187,6 +187,13 @@ def list_cmd(state: State, as_json: bool) -> None:
     show_default=True,
     help="Runs in parallel (processes with one torch thread each).",
 )
+@click.option(
+    "--eval-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Evaluate every N steps of a policy stage (default: the environment's).",
+)
+@click.option("--stop-early", is_flag=True, help="Stop stages once training has converged.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -205,6 +212,8 @@ def run(
     device,
     retry_failed,
     workers,
+    eval_every,
+    stop_early,
     quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -219,7 +228,9 @@ def run(
     data_root = Path(data_root).expanduser()
     if sweep_file is not None:
         given = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets),
-                                ("--config", config), ("--option", options)) if v]  # fmt: skip
+                                ("--config", config), ("--option", options), ("--steps", steps),
+                                ("--eval-every", eval_every), ("--stop-early", stop_early))
+                 if v]  # fmt: skip
         if given:
             raise UsageError(
                 f"--sweep takes methods, environments and budgets from the file; drop "
@@ -252,6 +263,8 @@ def run(
                 config=parse_assignments(config, "--config"),
                 options=parse_assignments(options, "--option"),
                 steps=steps,
+                eval_every=eval_every,
+                stop_early=stop_early,
             )
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
@@ -368,6 +381,99 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
             f"Cannot write {target}: {exc.strerror}. Choose another --out path."
         ) from None
     click.echo(f"wrote {target}", err=True)
+
+
+def _study(state: State, path: str, results: str, data_root: str, quick: bool):
+    """A sweep file, its finished runs and their panels."""
+    from ssilbench.leaderboard.figures import collect
+    from ssilbench.runner.store import ResultsStore
+    from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+
+    sweep_file = load_sweep_file(Path(path))
+    titles = panel_titles(state.plugins, sweep_file, Path(data_root).expanduser(), quick)
+    with ResultsStore(Path(results), create=False) as store:
+        records = [r for r in store.rows("done") if r["run_id"] in titles]
+    if not records:
+        raise UsageError(
+            f"No finished runs of {path} in {results}: run 'ssilbench run --sweep {path}"
+            f"{' --quick' if quick else ''}' first (same --results)."
+        )
+    return sweep_file, collect(records, titles, sweep_file.metric, sweep_file.display)
+
+
+_STUDY_OPTIONS = [
+    click.option("--sweep", "sweeps", multiple=True, required=True, type=click.Path(dir_okay=False),
+                 help="Sweep file(s) of the studies."),
+    click.option("--quick", is_flag=True, help="The files' [quick] variants."),
+    click.option("--results", default=DEFAULT_RESULTS, show_default=True),
+    click.option("--data-root", default=DEFAULT_DATA, show_default=True),
+]  # fmt: skip
+
+
+def _study_options(command):
+    for option in reversed(_STUDY_OPTIONS):
+        command = option(command)
+    return command
+
+
+@cli.command()
+@_study_options
+@click.option("--out", default="figures", show_default=True, help="Folder for PNG and SVG files.")
+@click.pass_obj
+def plot(state: State, sweeps, quick, results, data_root, out) -> None:
+    """Draw each study's figure (score vs label budget per panel) from the results store."""
+    from ssilbench.leaderboard.figures import draw
+
+    for path in sweeps:
+        sweep_file, panels = _study(state, path, results, data_root, quick)
+        name = sweep_file.name + ("-quick" if quick else "")
+        for written in draw(panels, sweep_file.title or sweep_file.name, sweep_file.metric,
+                            sweep_file.x_label, Path(out) / name):  # fmt: skip
+            click.echo(f"wrote {written}", err=True)
+
+
+@cli.command()
+@_study_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Markdown file.")
+@click.pass_obj
+def report(state: State, sweeps, quick, results, data_root, out) -> None:
+    """Write a replication report: figures, numbers and the paper's claims, checked."""
+    import os
+
+    from ssilbench.leaderboard.figures import draw
+    from ssilbench.leaderboard.report import study_section
+
+    target = Path(out)
+    figures = target.parent / "figures"
+    lines = [
+        "# Replication report",
+        "",
+        "Generated from the results store by:",
+        "",
+        "```",
+        "ssilbench report " + " ".join(f"--sweep {p}" for p in sweeps)
+        + (" --quick" if quick else "") + f" --out {out}",
+        "```",
+        "",
+    ]  # fmt: skip
+    tally = {True: 0, False: 0, None: 0}
+    for path in sweeps:
+        sweep_file, panels = _study(state, path, results, data_root, quick)
+        name = sweep_file.name + ("-quick" if quick else "")
+        png, _ = draw(panels, sweep_file.title or sweep_file.name, sweep_file.metric,
+                      sweep_file.x_label, figures / name)  # fmt: skip
+        command = f"ssilbench run --sweep {path}" + (" --quick" if quick else "")
+        section, verdicts = study_section(
+            sweep_file, Path(path), panels, Path(os.path.relpath(png, target.parent)), command
+        )
+        lines += section
+        for v in verdicts:
+            tally[v.held] += 1
+    lines.insert(2, f"Claims held: {tally[True]}, not held: {tally[False]}, "
+                    f"not checked: {tally[None]}.\n")  # fmt: skip
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(lines))
+    click.echo(f"wrote {target} and figures in {figures}", err=True)
 
 
 @cli.group()

@@ -1,4 +1,4 @@
-"""Tests of the maze environment family (generator, expert, envs, dataset, v*, metrics)."""
+"""Tests of the maze environment family (generator, expert, envs, dataset, v*, test set)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from ssilbench.api import Policy
 from ssilbench.data.tensors import as_model_input
 from ssilbench.errors import DatasetError, UnknownNameError
+from ssilbench.eval import diagnostics
 from ssilbench.eval.rollout import rollout_returns
 from ssilbench_maze.environment import MazeEnvironment, MazeTask
 from ssilbench_maze.expert import MOVES, NO_ACTION, transition
@@ -306,16 +307,35 @@ def test_expert_rollout_reaches_goal_in_every_sub_env(state):
     assert returns.mean() < 1.0
 
 
-# --- metrics, spec and options -------------------------------------------------------
+# --- test set, spec and options -------------------------------------------------------
+
+
+def scored_accuracy(task: MazeTask, policy: Policy) -> float:
+    return diagnostics.TestSetScorer(task.test_set(), CPU)(policy)["test_accuracy"]
+
+
+@pytest.mark.parametrize("state", ["position", "image"])
+def test_test_set_is_every_feasible_state_with_expert_action_and_v_star(state):
+    task = load(state=state)
+    expert = task.maze.expert
+    test = task.test_set()
+    assert test.obs.dtype == (np.float32 if state == "position" else np.uint8)
+    assert test.next_obs.dtype == test.obs.dtype
+    assert np.array_equal(test.obs, task.observe(expert.sources))
+    assert np.array_equal(test.actions, expert.action[expert.sources])
+    assert np.array_equal(test.next_obs, task.observe(expert.next_cell[expert.sources]))
+    assert task.spec.metadata["test_states"] == len(expert.sources)
 
 
 def test_test_accuracy_is_one_for_the_expert_only():
     task = load()
-    assert task.metrics(ExpertTablePolicy(task.maze), CPU) == {"test_accuracy": 1.0}
+    assert "metrics" not in vars(MazeTask)  # the core scores the test set
+    scores = diagnostics.TestSetScorer(task.test_set(), CPU)(ExpertTablePolicy(task.maze))
+    assert scores["test_accuracy"] == 1.0 and scores["policy_entropy"] == pytest.approx(0.0)
     for a in range(4):
-        assert task.metrics(ExpertTablePolicy(task.maze, constant=a), CPU)["test_accuracy"] < 1.0
+        assert scored_accuracy(task, ExpertTablePolicy(task.maze, constant=a)) < 1.0
     image_task = load(state="image")
-    assert image_task.metrics(ExpertTablePolicy(image_task.maze), CPU)["test_accuracy"] == 1.0
+    assert scored_accuracy(image_task, ExpertTablePolicy(image_task.maze)) == 1.0
 
 
 def test_spec_describes_the_task():

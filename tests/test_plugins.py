@@ -57,7 +57,7 @@ def test_builtins_are_found_with_their_distribution():
     plugins = load_plugins()
     assert plugins.broken == []
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert plugins.environments.names() == ["maze"]
+    assert plugins.environments.names() == ["grid", "maze"]
     assert plugins.architectures.names() == BUILTIN_ARCHS
     assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "maze"]
     for registry in plugins.registries().values():
@@ -89,7 +89,7 @@ def test_disabled_autoload_then_p_loads_one_entry_point(monkeypatch):
     monkeypatch.setenv(AUTOLOAD_ENV, "1")
     plugins = load_plugins(["maze"])
     assert [o.plugin for o in plugins.loaded] == ["maze"]
-    assert plugins.environments.names() == ["maze"]
+    assert plugins.environments.names() == ["grid", "maze"]
     assert plugins.environments.entry("maze").origin.distribution == "ssilbench"
     assert plugins.methods.names() == []
     assert plugins.architectures.names() == []
@@ -148,7 +148,7 @@ def test_plugin_whose_import_raises_is_recorded_as_broken(plugin_module):
     assert name not in [o.plugin for o in plugins.loaded]
     # the built-ins still load, and lookups mention the broken plugin
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert plugins.environments.names() == ["maze"]
+    assert plugins.environments.names() == ["grid", "maze"]
     assert plugins.methods.broken == plugins.broken
     with pytest.raises(UnknownNameError, match="boom at import"):
         plugins.methods.entry("missing_method")
@@ -176,7 +176,7 @@ def test_plugin_whose_hook_raises_is_recorded_as_broken(plugin_module):
     assert [b.origin.plugin for b in plugins.broken] == [name]
     assert "ValueError: hook exploded" in plugins.broken[0].error
     assert name not in [o.plugin for o in plugins.loaded]
-    assert plugins.environments.names() == ["maze"]
+    assert plugins.environments.names() == ["grid", "maze"]
     assert plugins.methods.names() == BUILTIN_METHODS
 
 

@@ -1,9 +1,10 @@
-"""The ``maze`` environment family: tasks, options, the expert dataset, v* and test accuracy."""
+"""The ``maze`` environment family: tasks, options, the expert dataset, v* and the test set."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -12,23 +13,45 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Policy, Task, VideoModel
+from ssilbench.api import Environment, EnvSpec, Normaliser, Task, TestSet, VideoModel
 from ssilbench.data.store import TransitionStore
 from ssilbench.data.tensors import as_model_input
-from ssilbench.errors import unknown
-from ssilbench_maze.expert import ACTION_NAMES, cover_paths, rollout_paths
+from ssilbench.errors import ConfigError, unknown
+from ssilbench_maze.expert import (
+    ACTION_NAMES,
+    Expert,
+    GoalTables,
+    cover_paths,
+    goal_tables,
+    noisy_path,
+    split_at_noops,
+)
 from ssilbench_maze.generate import COMPLEXITY, DENSITY, Maze, generate_maze
-from ssilbench_maze.gym_env import COLOURS, MazeObserver, MazeVectorEnv, default_horizon
+from ssilbench_maze.gym_env import (
+    COLOURS,
+    FixedGoal,
+    GoalPerEpisode,
+    MazeObserver,
+    MazeVectorEnv,
+    default_horizon,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 # Bump when the generator, expert or dataset layout changes: it is part of the cache key.
 GENERATOR = "ssilbench_maze/random-walk-v1"
 TASK_SIZES = {"10x10": 10, "20x20": 20, "50x50": 50}
-# Seed stream of the dataset's start cells, kept apart from the layout's stream.
+# Seed streams of the dataset, kept apart from the layout's stream: start cells (and
+# goals), no-op draws, and the sample of a test set too large to hold whole.
 _START_STREAM = 1
-_METRIC_CHUNK = 4096
+_NOOP_STREAM = 2
+_TEST_STREAM = 3
+TEST_SET_BYTES = 64 << 20
+"""Most bytes of stored frames (s and s' together) a test set holds; a larger goal-
+conditioned test set is a seeded uniform sample of its (state, goal) pairs."""
+STATES_DATASET_BYTES = 2 << 30
+"""Most bytes of frames a ``data=states`` dataset may take (else the options are refused)."""
 
 
 class MazeOptions(BaseModel):
@@ -46,24 +69,45 @@ class MazeOptions(BaseModel):
         "rollouts",
         description="Expert dataset: 'rollouts' = `episodes` expert episodes from uniformly "
         "random start cells; 'states' = the paper's D^full, every feasible non-goal state "
-        "exactly once as a transition source.",
+        "(with goals per episode: every feasible (state, goal) pair) exactly once as a "
+        "transition source.",
     )
     episodes: int = Field(
         200, ge=1, description="Number of expert episodes when data='rollouts' (else unused)."
     )
     maze_seed: int = Field(
-        0, ge=0, description="Seed of the maze layout, its goal and the dataset's start cells."
+        0,
+        ge=0,
+        description="Seed of the maze layout, its goal and the dataset's draws (start cells, "
+        "goals, no-ops).",
     )
     horizon: int | None = Field(
         None,
         ge=1,
         description="Steps before an evaluation episode is truncated; None means twice the "
-        "longest expert path of the maze.",
+        "longest expert path of the maze, divided by (1 - noop) (at most 10 times as long).",
+    )
+    noop: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Probability that the agent stays where it is at a step, whatever the "
+        "action (the paper's stochastic environment); applies to evaluation, the dataset's "
+        "next states and the video model's outcomes.",
+    )
+    goals: Literal["fixed", "per_episode"] = Field(
+        "fixed",
+        description="'fixed': one goal for the maze; 'per_episode': each episode draws its "
+        "own goal, observed as features (x, y, gx, gy) or drawn in the image.",
     )
 
 
 def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
-    """The options that change the dataset, plus the generator version."""
+    """The options that change the dataset, plus the generator version.
+
+    ``noop`` and ``goals`` appear only when they differ from their defaults, so the datasets
+    of the deterministic fixed-goal mazes keep their keys.
+    """
     key: dict[str, Any] = {
         "generator": GENERATOR,
         "task": task,
@@ -73,6 +117,10 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     }
     if options.data == "rollouts":
         key["episodes"] = options.episodes
+    if options.noop > 0.0:
+        key["noop"] = options.noop
+    if options.goals != "fixed":
+        key["goals"] = options.goals
     return key
 
 
@@ -81,61 +129,126 @@ def short_hash(payload: dict[str, Any]) -> str:
 
 
 def episode_arrays(
-    maze: Maze, paths: Sequence[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cells, actions, rewards and episode ends of expert paths, each frame stored once.
+    episodes: Sequence[tuple[np.ndarray, int]],
+    expert_action: Callable[[np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cells, goals, actions, rewards and episode ends of (cells, goal) episodes.
 
-    The last frame of each episode carries the filler action 0 and reward 0.
+    Every frame but the last of an episode carries the expert's action in its cell (also
+    where a no-op kept the agent in place); the last frame carries the filler action 0 and
+    reward 0.
     """
-    cells = np.concatenate(paths)
-    ends = np.cumsum([len(p) for p in paths]).astype(np.int64)
+    cells = np.concatenate([path for path, _ in episodes])
+    goals = np.concatenate([np.full(len(path), goal, dtype=np.int64) for path, goal in episodes])
+    ends = np.cumsum([len(path) for path, _ in episodes]).astype(np.int64)
     last = np.zeros(len(cells), dtype=bool)
     last[ends - 1] = True
-    actions = np.where(last, 0, maze.expert.action[cells]).astype(np.int64)
+    actions = np.where(last, 0, expert_action(cells, goals)).astype(np.int64)
     # The reward is for the action at frame i, so it is 1 where the next frame is the goal.
     reaches_goal = np.zeros(len(cells), dtype=bool)
-    reaches_goal[:-1] = (cells[1:] == maze.goal) & ~last[:-1]
-    return cells, actions, reaches_goal.astype(np.float32), ends
+    reaches_goal[:-1] = (cells[1:] == goals[:-1]) & ~last[:-1]
+    return cells, goals, actions, reaches_goal.astype(np.float32), ends
 
 
 class MazeVideoModel(VideoModel):
-    """The ground-truth video model v*(s) = f(s, pi*(s)) as a lookup table over cells.
+    """The ground-truth video model as a lookup table over cells (and goals).
 
+    Without no-ops v*(s) = f(s, pi*(s)); with goals per episode v*(s, g) = f(s, pi*_g(s))
+    and the goal (features or pixel) is kept. With no-op probability p the next state is s
+    with probability p and v*(s) otherwise: :meth:`outcomes` lists both (leaving out one of
+    probability 0) and :meth:`predict` returns the more likely (v*(s) on a tie, p = 0.5).
     States without an expert action (the goal, walls, positions off the grid, images with
-    no agent pixel) map to themselves.
+    no agent pixel) move to themselves.
     """
 
-    def __init__(self, maze: Maze, kind: Literal["position", "image"]) -> None:
+    def __init__(
+        self,
+        maze: Maze,
+        kind: Literal["position", "image"],
+        noop: float = 0.0,
+        tables: GoalTables | None = None,
+    ) -> None:
         self.maze = maze
         self.kind = kind
-        self._next = torch.from_numpy(maze.expert.next_cell.copy())
+        self.noop = float(noop)
+        self.per_episode = tables is not None
+        # One row of next cells per goal; a fixed-goal maze has a single row, row 0.
+        self._row: torch.Tensor | None = None
+        if tables is None:
+            self._next = torch.from_numpy(maze.expert.next_cell.copy())[None]
+        else:
+            self._next = torch.from_numpy(tables.next_cell.copy())
+            self._row = torch.from_numpy(tables.row.copy())
         self._positions = torch.as_tensor(maze.expert.positions(np.arange(maze.walls.size)))
         if kind == "image":
-            self._background = as_model_input(MazeObserver(maze, "image").base)
+            observer = MazeObserver(maze, "image", goal_features=self.per_episode)
+            self._background = as_model_input(observer.base)
             colours = [COLOURS["agent"], COLOURS["agent_on_goal"]]
             self._agent_colours = torch.tensor(colours, dtype=torch.float32) / 255.0
 
     def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.kind == "position":
-            return self._predict_positions(obs)
-        return self._predict_images(obs)
+        if self.noop > 0.5:
+            return obs.clone()
+        return self.move(obs)
 
-    def _predict_positions(self, obs: torch.Tensor) -> torch.Tensor:
+    def outcomes(self, obs: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        out = []
+        if self.noop > 0.0:
+            out.append((torch.full((len(obs),), self.noop, device=obs.device), obs))
+        if self.noop < 1.0:
+            out.append(
+                (torch.full((len(obs),), 1.0 - self.noop, device=obs.device), self.move(obs))
+            )
+        return out
+
+    def move(self, obs: torch.Tensor) -> torch.Tensor:
+        """v*(s): the state after the expert's action when it is not a no-op."""
+        if self.kind == "position":
+            return self._move_positions(obs)
+        return self._move_images(obs)
+
+    def _next_cells(self, cells: torch.Tensor, goals: torch.Tensor | None) -> torch.Tensor:
+        device = cells.device
+        if goals is None or self._row is None:
+            rows = torch.zeros_like(cells)
+        else:
+            rows = self._row.to(device)[goals]
+        valid = rows >= 0
+        nxt = self._next.to(device)[rows.clamp_min(0), cells]
+        return torch.where(valid, nxt, cells)
+
+    def _cells(self, xy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat cells of rounded (x, y) columns, and whether each lies on the grid."""
         rows, cols = self.maze.shape
-        xy = obs.round().long()
+        xy = xy.round().long()
         x, y = xy[:, 0], xy[:, 1]
         inside = (x >= 0) & (x < cols) & (y >= 0) & (y < rows)
-        cells = torch.where(inside, y * cols + x, torch.zeros_like(x))
-        table = self._positions.to(obs.device)
-        moved = table[self._next.to(obs.device)[cells]].to(obs.dtype)
-        return torch.where(inside[:, None], moved, obs)
+        return torch.where(inside, y * cols + x, torch.zeros_like(x)), inside
 
-    def _predict_images(self, obs: torch.Tensor) -> torch.Tensor:
+    def _move_positions(self, obs: torch.Tensor) -> torch.Tensor:
+        cells, inside = self._cells(obs[:, :2])
+        goals = None
+        if self.per_episode:
+            goals, goal_inside = self._cells(obs[:, 2:4])
+            inside = inside & goal_inside
+        table = self._positions.to(obs.device)
+        moved = table[self._next_cells(cells, goals)].to(obs.dtype)
+        out = obs.clone()
+        out[:, :2] = torch.where(inside[:, None], moved, obs[:, :2])
+        return out
+
+    def _move_images(self, obs: torch.Tensor) -> torch.Tensor:
         # The agent is the only pixel with a full red channel and an empty blue one.
         agent = ((obs[:, 0] > 0.5) & (obs[:, 2] < 0.5)).flatten(1)
         rows = agent.any(dim=1).nonzero().squeeze(1)
         cells = agent[rows].to(torch.uint8).argmax(dim=1)
-        nxt = self._next.to(obs.device)[cells]
+        goals = None
+        if self.per_episode:
+            # The goal is the green pixel, or the agent's own cell when it stands on it.
+            green = ((obs[:, 0] < 0.5) & (obs[:, 1] > 0.5) & (obs[:, 2] < 0.5)).flatten(1)[rows]
+            goals = torch.where(green.any(dim=1), green.to(torch.uint8).argmax(dim=1), cells)
+        nxt = self._next_cells(cells, goals)
+        goal_reached = nxt == (goals if goals is not None else self.maze.goal)
         positions = self._positions.to(obs.device)
         here, there = positions[cells], positions[nxt]
         background = self._background.to(obs.device, obs.dtype)
@@ -143,7 +256,7 @@ class MazeVideoModel(VideoModel):
         out = obs.clone()
         # Move the agent: restore the background under it, then draw it at v*(s).
         out[rows, :, here[:, 1], here[:, 0]] = background[:, here[:, 1], here[:, 0]].T
-        out[rows, :, there[:, 1], there[:, 0]] = colours[(nxt == self.maze.goal).long()]
+        out[rows, :, there[:, 1], there[:, 0]] = colours[goal_reached.long()]
         return out
 
 
@@ -154,14 +267,52 @@ class MazeTask(Task):
         self.task = task
         self.options = options
         self.maze = generate_maze(TASK_SIZES[task], options.maze_seed)
-        self.observe = MazeObserver(self.maze, options.state)
-        self.horizon = options.horizon or default_horizon(self.maze)
+        per_episode = options.goals == "per_episode"
+        self.tables: GoalTables | None = goal_tables(self.maze.walls) if per_episode else None
+        self.sampler: FixedGoal | GoalPerEpisode = (
+            GoalPerEpisode(self.tables)
+            if self.tables is not None
+            else FixedGoal.from_expert(self.maze.expert)
+        )
+        self.observe = MazeObserver(self.maze, options.state, goal_features=per_episode)
+        # Dataset rollouts are cut at the default horizon, which depends only on the key.
+        self.data_horizon = default_horizon(self.sampler.longest_path, options.noop)
+        self.horizon = options.horizon or self.data_horizon
+        self._check_size()
         self.spec = self._spec()
-        self._metric_batches: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def _frame_bytes(self) -> int:
+        return math.prod(self.observe.space.shape) * np.dtype(self.observe.space.dtype).itemsize
+
+    def _check_size(self) -> None:
+        if self.tables is None or self.options.data != "states":
+            return
+        size = self.tables.num_pairs * self._frame_bytes()
+        if size > STATES_DATASET_BYTES:
+            raise ConfigError(
+                f"maze:{self.task} with goals=per_episode, state={self.options.state} and "
+                f"data=states would store {self.tables.num_pairs:,} frames "
+                f"({size / 2**30:.1f} GiB); use state=position, data=rollouts or a smaller "
+                "maze."
+            )
 
     def _spec(self) -> EnvSpec:
         image = self.options.state == "image"
-        expert = self.maze.expert
+        metadata: dict[str, Any] = {
+            "test_states": len(self.test_pairs[0]),
+            "longest_expert_path": self.sampler.longest_path,
+            "grid_size": list(self.maze.shape),
+            "maze_seed": self.options.maze_seed,
+            "noop": self.options.noop,
+            "goals": self.options.goals,
+        }
+        if self.tables is None:
+            metadata["feasible_states"] = int((self.maze.expert.distance >= 0).sum())
+            metadata["goal"] = list(self.maze.goal_position)
+        else:
+            metadata["feasible_states"] = len(self.tables.goals)
+            metadata["feasible_pairs"] = self.tables.num_pairs
+            metadata["goal"] = None
         return EnvSpec(
             env_id=f"maze:{self.task}",
             obs_shape=tuple(self.observe.space.shape),
@@ -181,25 +332,68 @@ class MazeTask(Task):
                 high=1.0,
                 source="rollout success: reward 1 on reaching the goal",
             ),
+            goal_dims=self.observe.goal_dims,
             budget_unit="transitions",
-            metadata={
-                "feasible_states": int((expert.distance >= 0).sum()),
-                "test_states": int(len(expert.sources)),
-                "longest_expert_path": expert.longest_path,
-                "grid_size": list(self.maze.shape),
-                "goal": list(self.maze.goal_position),
-                "maze_seed": self.options.maze_seed,
-            },
+            metadata=metadata,
         )
 
-    def expert_paths(self) -> list[np.ndarray]:
-        """The cell paths of the dataset's episodes."""
-        if self.options.data == "states":
-            return cover_paths(self.maze.expert)
-        rng = np.random.Generator(np.random.PCG64([self.options.maze_seed, _START_STREAM]))
-        sources = self.maze.expert.sources
-        starts = sources[rng.integers(len(sources), size=self.options.episodes)]
-        return rollout_paths(self.maze.expert, starts)
+    # --- the expert over (cell, goal) ----------------------------------------------------
+
+    def expert(self, goal: int) -> Expert:
+        """The expert of one goal (the maze's own expert for a fixed goal)."""
+        if self.tables is None:
+            if int(goal) != self.maze.goal:
+                raise ValueError(f"cell {goal} is not the goal of this maze")
+            return self.maze.expert
+        return self.tables.expert(goal)
+
+    def expert_actions(self, cells: np.ndarray, goals: np.ndarray) -> np.ndarray:
+        """pi*_g(s) for batches of cells and their goals."""
+        cells = np.asarray(cells, dtype=np.int64)
+        if self.tables is None:
+            return self.maze.expert.action[cells]
+        return self.tables.actions(cells, np.asarray(goals, dtype=np.int64))
+
+    def expert_next(self, cells: np.ndarray, goals: np.ndarray) -> np.ndarray:
+        """v*_g(s) = f(s, pi*_g(s)) for batches of cells and their goals."""
+        cells = np.asarray(cells, dtype=np.int64)
+        if self.tables is None:
+            return self.maze.expert.next_cell[cells]
+        return self.tables.next_cells(cells, np.asarray(goals, dtype=np.int64))
+
+    def _goals(self) -> np.ndarray:
+        if self.tables is None:
+            return np.array([self.maze.goal], dtype=np.int64)
+        return self.tables.goals
+
+    def expert_episodes(self) -> list[tuple[np.ndarray, int]]:
+        """The (cells, goal) episodes of the dataset."""
+        options = self.options
+        noop = options.noop
+        noop_rng = np.random.Generator(np.random.PCG64([options.maze_seed, _NOOP_STREAM]))
+        episodes: list[tuple[np.ndarray, int]] = []
+        if options.data == "states":
+            for goal in self._goals().tolist():
+                for path in cover_paths(self.expert(goal)):
+                    if noop > 0.0:
+                        parts = split_at_noops(path, noop_rng.random(len(path) - 1) < noop)
+                    else:
+                        parts = [path]
+                    episodes.extend((part, goal) for part in parts)
+            return episodes
+        rng = np.random.Generator(np.random.PCG64([options.maze_seed, _START_STREAM]))
+        if self.tables is None:
+            sources = self.maze.expert.sources
+            starts = sources[rng.integers(len(sources), size=options.episodes)]
+            pairs = [(int(start), self.maze.goal) for start in starts]
+        else:
+            pairs = [self.sampler.draw(rng) for _ in range(options.episodes)]
+        for start, goal in pairs:
+            path = noisy_path(self.expert(goal), start, noop, noop_rng, self.data_horizon)
+            episodes.append((path, goal))
+        return episodes
+
+    # --- dataset, environments, v* and the test set --------------------------------------
 
     @cached_property
     def data_key(self) -> dict[str, Any]:
@@ -212,7 +406,9 @@ class MazeTask(Task):
         path = self.dataset_path(root)
         if path.exists():
             return TransitionStore.open(path, verify=True)
-        cells, actions, rewards, ends = episode_arrays(self.maze, self.expert_paths())
+        cells, goals, actions, rewards, ends = episode_arrays(
+            self.expert_episodes(), self.expert_actions
+        )
         producer = {
             "plugin": "ssilbench_maze",
             "complexity": COMPLEXITY,
@@ -221,7 +417,7 @@ class MazeTask(Task):
         }
         return TransitionStore.write(
             path,
-            obs=self.observe(cells),
+            obs=self.observe(cells, goals),
             actions=actions,
             rewards=rewards,
             episode_ends=ends,
@@ -231,40 +427,59 @@ class MazeTask(Task):
 
     def make_vec_env(self, num_envs: int, seed: int) -> MazeVectorEnv:
         return MazeVectorEnv(
-            self.maze, num_envs, obs_kind=self.options.state, horizon=self.horizon, seed=seed
+            self.maze,
+            num_envs,
+            obs_kind=self.options.state,
+            horizon=self.horizon,
+            seed=seed,
+            noop=self.options.noop,
+            sampler=self.sampler,
         )
 
     def video_model(self) -> MazeVideoModel:
-        return MazeVideoModel(self.maze, self.options.state)
+        return MazeVideoModel(self.maze, self.options.state, self.options.noop, self.tables)
 
-    def _test_batch(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every feasible non-goal state as model input, with its expert action (cached)."""
-        key = str(device)
-        if key not in self._metric_batches:
+    @cached_property
+    def test_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (cell, goal) of each test transition: every feasible non-goal state (with goals
+        per episode, every feasible (state, goal) pair, sampled down to TEST_SET_BYTES)."""
+        if self.tables is None:
             sources = self.maze.expert.sources
-            obs = as_model_input(self.observe(sources), device)
-            actions = torch.as_tensor(self.maze.expert.action[sources], device=device)
-            self._metric_batches[key] = (obs, actions)
-        return self._metric_batches[key]
+            return sources, np.full(len(sources), self.maze.goal, dtype=np.int64)
+        cells, goals = self.tables.pairs()
+        limit = max(1, TEST_SET_BYTES // (2 * self._frame_bytes()))
+        if len(cells) > limit:
+            rng = np.random.Generator(np.random.PCG64([self.options.maze_seed, _TEST_STREAM]))
+            keep = np.sort(rng.choice(len(cells), size=limit, replace=False))
+            cells, goals = cells[keep], goals[keep]
+        return cells, goals
 
-    def metrics(self, policy: Policy, device: torch.device) -> dict[str, float]:
-        """The paper's test accuracy: argmax pi(a|s) == pi*(s) over all feasible states."""
-        obs, actions = self._test_batch(device)
-        correct = 0
-        with torch.no_grad():
-            for start in range(0, len(obs), _METRIC_CHUNK):
-                probs = policy.probs(obs[start : start + _METRIC_CHUNK])
-                chosen = probs.argmax(dim=-1).to(actions.device)
-                correct += int((chosen == actions[start : start + _METRIC_CHUNK]).sum())
-        return {"test_accuracy": correct / len(obs)}
+    @cached_property
+    def _test_set(self) -> TestSet:
+        cells, goals = self.test_pairs
+        return TestSet(
+            obs=self.observe(cells, goals),
+            actions=self.expert_actions(cells, goals),
+            next_obs=self.observe(self.expert_next(cells, goals), goals),
+        )
+
+    def test_set(self) -> TestSet:
+        """(s, pi*(s), v*(s)) for every feasible non-goal state, as stored observations.
+
+        v*(s) is the move without a no-op, whatever ``noop`` is; the core scores the test
+        accuracy of argmax pi(a|s) and the policy's and IDM's entropies on it.
+        """
+        return self._test_set
 
 
 class MazeEnvironment(Environment):
-    """Random mazes of three sizes with a fixed goal and a deterministic shortest-path expert."""
+    """Random mazes of three sizes with a shortest-path expert, optionally with no-op
+    dynamics or a goal per episode."""
 
     description: ClassVar[str] = (
         "Random mazes (mazelab's random-walk walls) of 11x11, 21x21 and 51x51 cells with a "
-        "fixed goal, a BFS expert, positions or images, and the ground-truth video model."
+        "BFS expert, positions or images, the ground-truth video model, optional no-op "
+        "dynamics and optional goals per episode."
     )
     Options: ClassVar[type[BaseModel]] = MazeOptions
 

@@ -1,13 +1,18 @@
 """Gymnasium environments over one maze: a single env and a numpy-batched vector env.
 
 Actions: 0 right (+x), 1 left (-x), 2 up (-y), 3 down (+y); a move into a wall stays put.
-Reward 1.0 on reaching the goal (terminated), else 0; truncated after ``horizon`` steps.
-Observations are positions (x, y) as float32, or uint8 images (3, H, W) with one pixel per
-cell (see :data:`COLOURS`). Start cells are drawn uniformly from the feasible non-goal cells.
+With no-op probability ``noop`` the agent stays put at each step whatever the action (a
+seeded draw per step). Reward 1.0 on reaching the goal (terminated), else 0; truncated
+after ``horizon`` steps. Observations are positions (x, y) as float32, or uint8 images
+(3, H, W) with one pixel per cell (see :data:`COLOURS`). Where the goal changes from one
+episode to the next, positions gain the goal's (gx, gy) and images draw the episode's goal.
+Start cells (and goals) come from an episode sampler: :class:`FixedGoal` or
+:class:`GoalPerEpisode`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import gymnasium
@@ -17,7 +22,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ssilbench_maze.expert import MOVES, transition
+from ssilbench_maze.expert import MOVES, Expert, GoalTables, stays, transition
 from ssilbench_maze.generate import Maze
 
 ObsKind = Literal["position", "image"]
@@ -33,54 +38,145 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "agent_on_goal": (255, 255, 0),
 }
 
+# With no-ops the default horizon grows as 1 / (1 - noop), up to this many times the
+# deterministic one.
+NOOP_HORIZON_CAP = 10
 
-def background(maze: Maze) -> np.ndarray:
-    """The (3, H, W) uint8 image of walls, free cells and the goal, without the agent."""
+
+def background(maze: Maze, with_goal: bool = True) -> np.ndarray:
+    """The (3, H, W) uint8 image of walls, free cells and (optionally) the maze's goal."""
     image = np.where(maze.walls[None], np.array(COLOURS["wall"])[:, None, None], 255)
     image = image.astype(np.uint8)
-    gx, gy = maze.goal_position
-    image[:, gy, gx] = COLOURS["goal"]
+    if with_goal:
+        gx, gy = maze.goal_position
+        image[:, gy, gx] = COLOURS["goal"]
     return image
 
 
-def render_cells(maze: Maze, base: np.ndarray, cells: np.ndarray) -> np.ndarray:
-    """Images (B, 3, H, W) of the agent at each of ``cells``, drawn on ``base``."""
+def render_cells(
+    maze: Maze, base: np.ndarray, cells: np.ndarray, goals: np.ndarray | None = None
+) -> np.ndarray:
+    """Images (B, 3, H, W) of the agent at each of ``cells``, drawn on ``base``.
+
+    ``goals`` (one cell per image) are drawn first where given; otherwise the goal is the
+    maze's, already part of ``base``. The agent turns yellow on its goal.
+    """
     cells = np.asarray(cells, dtype=np.int64).reshape(-1)
     images = np.repeat(base[None], len(cells), axis=0)
+    index = np.arange(len(cells))
+    if goals is None:
+        goals = np.full(len(cells), maze.goal, dtype=np.int64)
+    else:
+        goals = np.broadcast_to(np.asarray(goals, dtype=np.int64).reshape(-1), cells.shape)
+        gxy = maze.expert.positions(goals)
+        images[index, :, gxy[:, 1], gxy[:, 0]] = np.array(COLOURS["goal"], dtype=np.uint8)
     xy = maze.expert.positions(cells)
-    colour = np.where(
-        (cells == maze.goal)[:, None], COLOURS["agent_on_goal"], COLOURS["agent"]
-    ).astype(np.uint8)
-    images[np.arange(len(cells)), :, xy[:, 1], xy[:, 0]] = colour
+    colour = np.where((cells == goals)[:, None], COLOURS["agent_on_goal"], COLOURS["agent"]).astype(
+        np.uint8
+    )
+    images[index, :, xy[:, 1], xy[:, 0]] = colour
     return images
 
 
 class MazeObserver:
-    """Turns cells into observations of one kind; shared by the envs and the dataset."""
+    """Turns cells (and goals) into observations of one kind; shared by envs and datasets.
 
-    def __init__(self, maze: Maze, kind: ObsKind) -> None:
+    With ``goal_features`` the goal is part of each observation: positions become
+    (x, y, gx, gy) and images show the given goal cell instead of the maze's fixed goal.
+    """
+
+    def __init__(self, maze: Maze, kind: ObsKind, goal_features: bool = False) -> None:
         self.maze = maze
         self.kind = kind
+        self.goal_features = goal_features
         rows, cols = maze.shape
         if kind == "position":
-            high = np.array([cols - 1, rows - 1], dtype=np.float32)
-            self.space: spaces.Box = spaces.Box(0.0, high, shape=(2,), dtype=np.float32)
+            high = np.array([cols - 1, rows - 1] * (2 if goal_features else 1), dtype=np.float32)
+            self.space: spaces.Box = spaces.Box(0.0, high, shape=high.shape, dtype=np.float32)
         elif kind == "image":
-            self.base = background(maze)
+            self.base = background(maze, with_goal=not goal_features)
             self.space = spaces.Box(0, 255, shape=(3, rows, cols), dtype=np.uint8)
         else:
             raise ValueError(f"unknown observation kind {kind!r}")
 
-    def __call__(self, cells: np.ndarray) -> np.ndarray:
-        """Observations of a batch of cells, shape (B, *space.shape)."""
+    @property
+    def goal_dims(self) -> tuple[int, ...]:
+        """The goal's feature indices in a vector observation."""
+        return (2, 3) if self.goal_features and self.kind == "position" else ()
+
+    def __call__(self, cells: np.ndarray, goals: np.ndarray | None = None) -> np.ndarray:
+        """Observations of a batch of cells, shape (B, *space.shape).
+
+        ``goals`` (one per cell, or one for all) is required with goal features and
+        ignored without them.
+        """
+        cells = np.asarray(cells, dtype=np.int64).reshape(-1)
+        if self.goal_features:
+            if goals is None:
+                raise ValueError("this observer shows the goal: pass the goal of each cell")
+            goals = np.broadcast_to(np.asarray(goals, dtype=np.int64).reshape(-1), cells.shape)
+        else:
+            goals = None
         if self.kind == "position":
-            return self.maze.expert.positions(cells).reshape(-1, 2).astype(np.float32)
-        return render_cells(self.maze, self.base, cells)
+            xy = self.maze.expert.positions(cells)
+            if goals is not None:
+                xy = np.concatenate([xy, self.maze.expert.positions(goals)], axis=1)
+            return xy.astype(np.float32)
+        return render_cells(self.maze, self.base, cells, goals)
 
 
-def default_horizon(maze: Maze) -> int:
-    """Twice the longest expert path: room for detours, short enough to punish loops."""
-    return 2 * maze.expert.longest_path
+def default_horizon(longest_path: int, noop: float = 0.0) -> int:
+    """Twice the longest expert path, stretched by 1 / (1 - noop) for no-op dynamics.
+
+    Room for detours, short enough to punish loops. The stretch is capped at
+    :data:`NOOP_HORIZON_CAP` times; with ``noop = 1`` no agent ever moves, so the horizon
+    stays the deterministic one.
+    """
+    base = 2 * int(longest_path)
+    if noop <= 0.0 or noop >= 1.0:
+        return base
+    return min(math.ceil(base / (1.0 - noop)), NOOP_HORIZON_CAP * base)
+
+
+class FixedGoal:
+    """Episodes start uniformly in ``starts``; every episode has the same goal."""
+
+    varies_goal = False
+
+    def __init__(self, starts: np.ndarray, goal: int, longest_path: int) -> None:
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.goal = int(goal)
+        self.longest_path = int(longest_path)
+
+    @classmethod
+    def from_expert(cls, expert: Expert) -> FixedGoal:
+        """Starts uniform over the feasible non-goal cells of ``expert``'s goal."""
+        return cls(expert.sources, expert.goal, expert.longest_path)
+
+    def draw(self, rng: np.random.Generator) -> tuple[int, int]:
+        """(start, goal) of a new episode."""
+        return int(self.starts[rng.integers(len(self.starts))]), self.goal
+
+
+class GoalPerEpisode:
+    """Each episode draws a goal uniformly, then a start uniformly among the cells != goal
+    that can reach it."""
+
+    varies_goal = True
+
+    def __init__(self, tables: GoalTables) -> None:
+        self.tables = tables
+        self.longest_path = tables.longest_path
+        self._sources = [tables.expert(g).sources for g in tables.goals]
+
+    def draw(self, rng: np.random.Generator) -> tuple[int, int]:
+        """(start, goal) of a new episode."""
+        index = int(rng.integers(len(self.tables.goals)))
+        sources = self._sources[index]
+        return int(sources[rng.integers(len(sources))]), int(self.tables.goals[index])
+
+
+Sampler = FixedGoal | GoalPerEpisode
 
 
 class MazeEnv(gymnasium.Env):
@@ -94,38 +190,49 @@ class MazeEnv(gymnasium.Env):
         obs_kind: ObsKind = "position",
         horizon: int | None = None,
         render_mode: str | None = None,
+        noop: float = 0.0,
+        sampler: Sampler | None = None,
     ) -> None:
         self.maze = maze
-        self.observe = MazeObserver(maze, obs_kind)
-        self.horizon = horizon or default_horizon(maze)
+        self.sampler = sampler or FixedGoal.from_expert(maze.expert)
+        self.observe = MazeObserver(maze, obs_kind, goal_features=self.sampler.varies_goal)
+        self.noop = float(noop)
+        self.horizon = horizon or default_horizon(self.sampler.longest_path, self.noop)
         self.observation_space = self.observe.space
         self.action_space = spaces.Discrete(len(MOVES))
         self.render_mode = render_mode
-        self._starts = maze.expert.sources
-        self._cell = int(self._starts[0])
+        self._cell, self._goal = -1, -1
         self._t = 0
+
+    def _obs(self) -> np.ndarray:
+        return self.observe([self._cell], [self._goal])[0]
+
+    def _info(self) -> dict[str, Any]:
+        return {"cell": self._cell, "goal": self._goal}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        self._cell = int(self._starts[self.np_random.integers(len(self._starts))])
+        self._cell, self._goal = self.sampler.draw(self.np_random)
         self._t = 0
-        return self.observe(self._cell)[0], {"cell": self._cell}
+        return self._obs(), self._info()
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self.action_space.contains(int(action)):
             raise ValueError(f"action {action!r} is not in {self.action_space}")
-        self._cell = int(transition(self.maze.walls, self._cell, int(action)))
+        if not stays(self.np_random, self.noop):
+            self._cell = int(transition(self.maze.walls, self._cell, int(action)))
         self._t += 1
-        terminated = self._cell == self.maze.goal
+        terminated = self._cell == self._goal
         truncated = not terminated and self._t >= self.horizon
         reward = 1.0 if terminated else 0.0
-        return self.observe(self._cell)[0], reward, terminated, truncated, {"cell": self._cell}
+        return self._obs(), reward, terminated, truncated, self._info()
 
     def render(self) -> np.ndarray:
         """The maze as an (H, W, 3) RGB array, one pixel per cell."""
-        image = render_cells(self.maze, background(self.maze), [self._cell])[0]
+        base = background(self.maze, with_goal=False)
+        image = render_cells(self.maze, base, [self._cell], [self._goal])[0]
         return image.transpose(1, 2, 0)
 
 
@@ -135,8 +242,8 @@ class MazeVectorEnv(VectorEnv):
     Autoreset mode is gymnasium's default, NEXT_STEP: the step that ends a sub-env's episode
     returns its final observation; the next ``step`` call ignores that sub-env's action and
     returns the first observation of a new episode with reward 0 and no termination.
-    Sub-env ``i`` draws its start cells from ``seeding.np_random(seed + i)``, so it plays
-    the same episodes as ``MazeEnv.reset(seed=seed + i)``.
+    Sub-env ``i`` draws its starts, goals and no-ops from ``seeding.np_random(seed + i)``,
+    so it plays the same episodes as ``MazeEnv.reset(seed=seed + i)``.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
@@ -148,26 +255,41 @@ class MazeVectorEnv(VectorEnv):
         obs_kind: ObsKind = "position",
         horizon: int | None = None,
         seed: int | None = None,
+        noop: float = 0.0,
+        sampler: Sampler | None = None,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.maze = maze
         self.num_envs = num_envs
-        self.observe = MazeObserver(maze, obs_kind)
-        self.horizon = horizon or default_horizon(maze)
+        self.sampler = sampler or FixedGoal.from_expert(maze.expert)
+        self.observe = MazeObserver(maze, obs_kind, goal_features=self.sampler.varies_goal)
+        self.noop = float(noop)
+        self.horizon = horizon or default_horizon(self.sampler.longest_path, self.noop)
         self.single_observation_space = self.observe.space
         self.single_action_space = spaces.Discrete(len(MOVES))
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._seed = seed
         self._rngs: list[np.random.Generator] = []
-        self._starts = maze.expert.sources
-        self._cells = np.full(num_envs, self._starts[0], dtype=np.int64)
+        self._cells = np.zeros(num_envs, dtype=np.int64)
+        self._goals = np.zeros(num_envs, dtype=np.int64)
         self._t = np.zeros(num_envs, dtype=np.int64)
         self._done = np.zeros(num_envs, dtype=bool)
 
-    def _draw_start(self, i: int) -> int:
-        return int(self._starts[self._rngs[i].integers(len(self._starts))])
+    def _start(self, i: int) -> None:
+        self._cells[i], self._goals[i] = self.sampler.draw(self._rngs[i])
+
+    def _noops(self, active: np.ndarray) -> np.ndarray:
+        """Which of the ``active`` sub-envs stay put this step (one draw each)."""
+        if self.noop <= 0.0:
+            return np.zeros(self.num_envs, dtype=bool)
+        return np.array(
+            [bool(a) and stays(r, self.noop) for a, r in zip(active, self._rngs, strict=True)]
+        )
+
+    def _info(self) -> dict[str, Any]:
+        return {"cell": self._cells.copy(), "goal": self._goals.copy()}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -179,10 +301,11 @@ class MazeVectorEnv(VectorEnv):
                 seeding.np_random(None if seed is None else seed + i)[0]
                 for i in range(self.num_envs)
             ]
-        self._cells = np.array([self._draw_start(i) for i in range(self.num_envs)])
+        for i in range(self.num_envs):
+            self._start(i)
         self._t[:] = 0
         self._done[:] = False
-        return self.observe(self._cells), {"cell": self._cells.copy()}
+        return self.observe(self._cells, self._goals), self._info()
 
     def step(
         self, actions: np.ndarray
@@ -196,18 +319,19 @@ class MazeVectorEnv(VectorEnv):
             raise ValueError(f"actions {actions!r} are not in {self.action_space}")
         restarting = self._done
         moved = transition(self.maze.walls, self._cells, actions.astype(np.int64))
+        moved = np.where(self._noops(~restarting), self._cells, moved)
         self._cells = np.where(restarting, self._cells, moved)
         self._t = np.where(restarting, 0, self._t + 1)
         for i in np.flatnonzero(restarting):
-            self._cells[i] = self._draw_start(int(i))
-        terminated = (self._cells == self.maze.goal) & ~restarting
+            self._start(int(i))
+        terminated = (self._cells == self._goals) & ~restarting
         truncated = (self._t >= self.horizon) & ~terminated & ~restarting
         self._done = terminated | truncated
         rewards = terminated.astype(np.float64)
         return (
-            self.observe(self._cells),
+            self.observe(self._cells, self._goals),
             rewards,
             terminated,
             truncated,
-            {"cell": self._cells.copy()},
+            self._info(),
         )

@@ -1,4 +1,5 @@
-"""Registers the ``maze`` environment family; imports nothing heavy so listing stays fast."""
+"""Registers the ``maze`` and ``grid`` environment families; imports nothing heavy so listing
+stays fast."""
 
 from __future__ import annotations
 
@@ -15,5 +16,11 @@ def ssilbench_register_environments(registry: BoundRegistry) -> None:
     registry.add(
         "maze",
         "ssilbench_maze.environment:MazeEnvironment",
-        "Random mazes (10x10, 20x20, 50x50) with a shortest-path expert and the true v*(s).",
+        "Random mazes (10x10, 20x20, 50x50) with a shortest-path expert and the true v*(s); "
+        "optional no-op dynamics and goals per episode.",
+    )
+    registry.add(
+        "grid",
+        "ssilbench_maze.grid:GridEnvironment",
+        "Open 20x20 grid with a stochastic optimal expert (right w.p. p_right, else down).",
     )

@@ -24,6 +24,8 @@ def entropy(probs: torch.Tensor) -> torch.Tensor:
 class TestSetScorer:
     """Holds a task's test set on the device and scores policies on it."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     def __init__(self, test_set: TestSet, device: torch.device) -> None:
         self.obs = as_model_input(test_set.obs, device)
         self.next_obs = as_model_input(test_set.next_obs, device)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -118,6 +118,27 @@ class QuickOverrides(BaseModel):
     options: dict[str, Scalar | list[Scalar]] | None = None
 
 
+class Claim(BaseModel):
+    """A statement of the paper, checked against a study's results.
+
+    ``reaches``: ``method``'s mean at the largest budget is at least ``threshold`` in every
+    selected panel. ``never_reaches``: its mean stays below ``threshold`` at every budget.
+    ``beats``: ``method``'s mean exceeds ``other``'s at the ``budgets`` smallest budgets in
+    every panel. ``gap_grows``: the mean gap method − other over those budgets does not
+    shrink from one selected panel to the next (panels in the order of ``panels``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    check: Literal["reaches", "never_reaches", "beats", "gap_grows"]
+    method: str
+    other: str = ""
+    panels: list[str] = Field(default_factory=list, description="Panel-title prefixes; [] = all.")
+    threshold: float = 1.0
+    budgets: int = Field(2, ge=1)
+
+
 class SweepFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -129,6 +150,7 @@ class SweepFile(BaseModel):
     block: list[Block] = Field(min_length=1)
     labels: dict[str, str] = {}
     quick: QuickOverrides | None = None
+    claim: list[Claim] = []
 
     def blocks(self, quick: bool = False) -> list[Block]:
         if not quick:
@@ -175,7 +197,7 @@ def load_sweep_file(path: Path) -> SweepFile:
                 message = err["msg"].removeprefix("Value error, ")
                 problems.append(f"'{where}': {message}")
         allowed = (
-            "top level: name, title, description, metric, x_label, block, labels, quick; "
+            "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
             "[[block]]: panel, methods, envs, budgets, seeds, options, config, steps, eval_every, "
             "stop_early"
         )
@@ -198,3 +220,19 @@ def plan_blocks(plugins, sweep_file: SweepFile, path: Path, data_root: Path, qui
                 raise type(exc)(f"Sweep file {path}, block {number}: {exc}") from None
             sweeps.append(sweep)
     return plan, sweeps
+
+
+def panel_titles(plugins, sweep_file: SweepFile, data_root: Path, quick: bool) -> dict[str, str]:
+    """Run id -> the figure panel it is drawn in: the block's panel, the environment, and the
+    values of the block's list-valued options."""
+    from ssilbench.runner.plan import build_plan
+
+    titles: dict[str, str] = {}
+    for block in sweep_file.blocks(quick):
+        axes = [k for k, v in block.options.items() if isinstance(v, list)]
+        for sweep in block.sweeps():
+            for spec in build_plan(plugins, sweep, data_root).runs:
+                extra = "".join(f", {k}={spec.options[k]}" for k in axes)
+                head = f"{block.panel}: " if block.panel else ""
+                titles.setdefault(spec.run_id, f"{head}{spec.env}{extra}")
+    return titles

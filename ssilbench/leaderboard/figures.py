@@ -1,0 +1,105 @@
+"""Figures of a sweep file's study: score against label budget, one panel per block panel and
+environment, methods as lines with a 95% seed interval. Drawn from the results store."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ssilbench.data.split import budget_sort_key
+from ssilbench.leaderboard.stats import mean_ci95
+
+
+@dataclass
+class Series:
+    """One method's curve in one panel: budget label -> per-seed values."""
+
+    label: str
+    points: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    def summary(self) -> list[tuple[str, float, float | None, int]]:
+        rows = []
+        for budget in sorted(self.points, key=budget_sort_key):
+            mean, ci = mean_ci95(self.points[budget])
+            rows.append((budget, mean, ci, len(self.points[budget])))
+        return rows
+
+
+@dataclass
+class Panel:
+    title: str
+    series: dict[str, Series] = field(default_factory=dict)
+
+
+def collect(
+    records: list[dict[str, Any]], panels_of: dict[str, str], metric: str, display
+) -> list[Panel]:
+    """Group finished run records into panels (``panels_of``: run id -> panel title)."""
+    panels: dict[str, Panel] = {}
+    for record in records:
+        title = panels_of.get(record["run_id"])
+        if title is None:
+            continue
+        value = record["score"] if metric == "score" else (record.get("metrics") or {}).get(metric)
+        if value is None:
+            continue
+        panel = panels.setdefault(title, Panel(title))
+        name = display(record["method_label"])
+        panel.series.setdefault(name, Series(name)).points[record["budget"]].append(float(value))
+    return [panels[t] for t in sorted(panels, key=list(panels_of.values()).index)]
+
+
+def _x(budget: str) -> float:
+    return 1.0 if budget == "all" else float(budget)
+
+
+def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) -> list[Path]:
+    """Write ``out``.png and ``out``.svg; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = min(3, max(1, len(panels)))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True
+    )
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        for series in panel.series.values():
+            summary = series.summary()
+            xs = [_x(b) for b, *_ in summary]
+            means = [m for _, m, _, _ in summary]
+            spread = [c or 0.0 for _, _, c, _ in summary]
+            ax.plot(xs, means, marker="o", markersize=3, label=series.label)
+            ax.fill_between(
+                xs,
+                [m - c for m, c in zip(means, spread, strict=True)],
+                [m + c for m, c in zip(means, spread, strict=True)],
+                alpha=0.2,
+            )
+        if any(_x(b) > 1 for s in panel.series.values() for b in s.points):
+            ax.set_xscale("log", base=2)
+        values = [v for s in panel.series.values() for vs in s.points.values() for v in vs]
+        if values and min(values) >= 0.0 and max(values) <= 1.0:
+            ax.set_ylim(-0.05, 1.05)  # scores and accuracies: keep wide intervals in frame
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel(x_label)
+        ax.grid(alpha=0.3)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(metric.replace("_", " "))
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8,
+               frameon=False)  # fmt: skip
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return paths

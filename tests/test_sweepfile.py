@@ -1,0 +1,162 @@
+"""Sweep files: parsing, validation messages, expansion, and the plot/report commands."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from ssilbench.cli import main
+from ssilbench.errors import SsilbenchError, UsageError
+from ssilbench.plugins import load_plugins
+from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+
+GOOD = """
+name = "tiny"
+title = "A tiny study"
+metric = "test_accuracy"
+
+[[block]]
+panel = "positions"
+methods = ["bc", "vm_idm"]
+envs = ["maze:10x10"]
+options = { data = "states", maze_seed = [0, 1] }
+config = { arch = "mlp5" }
+budgets = [0.5, 1.0]
+seeds = [0, 1]
+steps = 40
+eval_every = 40
+
+[labels]
+"vm_idm (arch=mlp5)" = "VM*-IDM"
+"bc (arch=mlp5)" = "BC"
+
+[quick]
+seeds = [0]
+budgets = [1.0]
+
+[[claim]]
+text = "VM*-IDM reaches some accuracy"
+check = "reaches"
+method = "VM*-IDM"
+threshold = 0.0
+
+[[claim]]
+text = "VM*-IDM beats BC with few labels"
+check = "beats"
+method = "VM*-IDM"
+other = "BC"
+budgets = 1
+"""
+
+
+def write(tmp_path, text: str, name: str = "study.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_valid_file_expands_list_options_and_quick(tmp_path):
+    sweep_file = load_sweep_file(write(tmp_path, GOOD))
+    [block] = sweep_file.blocks()
+    sweeps = block.sweeps()
+    assert [s.options["maze_seed"] for s in sweeps] == [0, 1]
+    assert sweeps[0].budgets == ["0.5", "1.0"] and sweeps[0].eval_every == 40
+    [quick] = sweep_file.blocks(quick=True)
+    assert quick.seeds == [0] and quick.budgets == ["1.0"] and quick.steps == 40
+    assert sweep_file.display("vm_idm (arch=mlp5)") == "VM*-IDM"
+    assert sweep_file.display("bc") == "bc"
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("metric =", "metrc ="), "unknown key 'metrc'"),
+        (("steps = 40", "stepz = 40"), "unknown key 'block[1].stepz'"),
+        (("seeds = [0, 1]", 'seeds = "zero"'), "'block[1].seeds'"),
+        (('methods = ["bc", "vm_idm"]', "methods = []"), "'block[1].methods'"),
+        (("budgets = [0.5, 1.0]", "budgets = [0.5, 3.5]"), "'block[1].budgets'"),
+        (("maze_seed = [0, 1]", "maze_seed = []"), "empty list"),
+        (('check = "beats"', 'check = "wins"'), "'claim[2].check'"),
+        (("[[block]]", "[[block]"), "not valid TOML"),
+    ],
+)
+def test_invalid_files_name_the_file_and_the_key(tmp_path, edit, expected):
+    path = write(tmp_path, GOOD.replace(*edit, 1))
+    with pytest.raises(UsageError) as info:
+        load_sweep_file(path)
+    assert str(path) in str(info.value) and expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (('"vm_idm"]', '"vm_idn"]'), "Did you mean 'vm_idm'"),
+        (('envs = ["maze:10x10"]', 'envs = ["maze:10x11"]'), "Unknown task"),
+        (('data = "states"', 'dat = "states"'), "Did you mean 'data'"),
+        (('arch = "mlp5"', 'arch = "cnn1"'), "takes image inputs"),
+    ],
+)
+def test_plan_errors_name_the_file_and_the_block(tmp_path, edit, expected):
+    path = write(tmp_path, GOOD.replace(*edit, 1))
+    with pytest.raises(SsilbenchError) as info:
+        plan_blocks(load_plugins(), load_sweep_file(path), path, tmp_path / "data", quick=False)
+    assert f"Sweep file {path}, block 1" in str(info.value) and expected in str(info.value)
+
+
+def test_quick_without_a_quick_section(tmp_path):
+    path = write(tmp_path, GOOD.split("[quick]")[0])
+    with pytest.raises(UsageError, match="no \\[quick\\] section"):
+        load_sweep_file(path).blocks(quick=True)
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_run_plot_and_report_from_a_sweep_file(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
+    code, err = _cli(capsys, "run", "--sweep", str(path), "-q", *common)
+    assert code == 0, err
+    assert "16 run(s) done" in err  # 2 methods x 2 maze seeds x 2 budgets x 2 seeds
+
+    code, err = _cli(capsys, "plot", "--sweep", str(path), *common, "--out", str(tmp_path / "f"))
+    assert code == 0, err
+    assert (tmp_path / "f" / "tiny.png").stat().st_size > 1000
+    assert (tmp_path / "f" / "tiny.svg").read_text().lstrip().startswith("<?xml")
+
+    out = tmp_path / "docs" / "report.md"
+    code, err = _cli(capsys, "report", "--sweep", str(path), *common, "--out", str(out))
+    assert code == 0, err
+    text = out.read_text()
+    assert "## A tiny study" in text and "![tiny](figures/tiny.png)" in text
+    assert "| VM*-IDM reaches some accuracy | yes |" in text
+    assert (
+        "positions: maze:10x10, maze_seed=0" in text
+        and "positions: maze:10x10, maze_seed=1" in text
+    )
+    assert (out.parent / "figures" / "tiny.png").exists()
+
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common)
+    assert code == 0 and "already recorded" in err  # the quick runs are a subset
+
+
+def test_sweep_cli_errors_exit_2(tmp_path, capsys):
+    path = write(tmp_path, GOOD.replace("metric =", "metrc =", 1))
+    common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
+    code, err = _cli(capsys, "run", "--sweep", str(path), *common)
+    assert code == 2 and "unknown key 'metrc'" in err
+    good = write(tmp_path, GOOD, "good.toml")
+    code, err = _cli(capsys, "run", "--sweep", str(good), "--method", "bc", *common)
+    assert code == 2 and "drop --method" in err
+    code, err = _cli(capsys, "run", "--quick", "--method", "bc", "--env", "maze:10x10",
+                     "--budgets", "16", *common)  # fmt: skip
+    assert code == 2 and "--quick needs --sweep" in err
+    code, err = _cli(capsys, "plot", "--sweep", str(good), *common)
+    assert code == 2 and "No results store" in err
