@@ -194,6 +194,15 @@ def list_cmd(state: State, as_json: bool) -> None:
     help="Evaluate every N steps of a policy stage (default: the environment's).",
 )
 @click.option("--stop-early", is_flag=True, help="Stop stages once training has converged.")
+@click.option(
+    "--no-rollouts", is_flag=True, help="Evaluate on the test set only (no rollouts, no score)."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Torch intra-op threads (1 is fastest for tiny models on a busy machine).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -214,6 +223,8 @@ def run(
     workers,
     eval_every,
     stop_early,
+    no_rollouts,
+    threads,
     quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -229,7 +240,8 @@ def run(
     if sweep_file is not None:
         given = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets),
                                 ("--config", config), ("--option", options), ("--steps", steps),
-                                ("--eval-every", eval_every), ("--stop-early", stop_early))
+                                ("--eval-every", eval_every), ("--stop-early", stop_early),
+                                ("--no-rollouts", no_rollouts))
                  if v]  # fmt: skip
         if given:
             raise UsageError(
@@ -265,6 +277,7 @@ def run(
                 steps=steps,
                 eval_every=eval_every,
                 stop_early=stop_early,
+                rollouts=not no_rollouts,
             )
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
@@ -275,6 +288,10 @@ def run(
     from ssilbench.runner.worker import resolve_device
 
     torch_device = resolve_device(device)
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device))
     with ResultsStore(results_dir) as store:
         report = _run_with_progress(plan, state, store, torch_device, retry_failed, workers, setup)

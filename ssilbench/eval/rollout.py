@@ -49,20 +49,29 @@ def rollout_returns(
 class Evaluator:
     """Scores policies on one task with a fixed protocol: same start states for every call."""
 
-    def __init__(self, task: Task, device: torch.device) -> None:
+    def __init__(self, task: Task, device: torch.device, rollouts: bool = True) -> None:
         self.task = task
         self.spec = task.spec
         self.device = device
-        self.venv = task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
+        # Without rollouts only the test-set metrics are computed (and the score is NaN).
+        self.venv = (
+            task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
+            if rollouts
+            else None
+        )
         test_set = task.test_set()
         self.test_set = TestSetScorer(test_set, device) if test_set is not None else None
 
     def __call__(self, policy: Policy) -> EvalResult:
-        generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
-        returns = rollout_returns(
-            self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
-        )
-        mean = float(returns.mean())
+        if self.venv is None:
+            returns = np.array([])
+            mean = float("nan")
+        else:
+            generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
+            returns = rollout_returns(
+                self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
+            )
+            mean = float(returns.mean())
         return EvalResult(
             score=float(self.spec.normaliser(mean)),
             mean_return=mean,
@@ -74,4 +83,5 @@ class Evaluator:
         )
 
     def close(self) -> None:
-        self.venv.close()
+        if self.venv is not None:
+            self.venv.close()

@@ -234,6 +234,7 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
                             steps=steps,
                             eval_every=sweep.eval_every or spec.eval_every,
                             stop_early=sweep.stop_early,
+                            rollouts=sweep.rollouts,
                         )
                     )
     return plan

@@ -28,6 +28,7 @@ class RunSpec(BaseModel):
     steps: int
     eval_every: int
     stop_early: bool = False
+    rollouts: bool = True
     version: int = SPEC_VERSION
 
     def canonical_json(self) -> str:
@@ -56,6 +57,7 @@ class Sweep(BaseModel):
     steps: int | None = Field(None, ge=1)
     eval_every: int | None = Field(None, ge=1)
     stop_early: bool = False
+    rollouts: bool = True
 
     @field_validator("budgets")
     @classmethod

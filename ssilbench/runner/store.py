@@ -64,9 +64,9 @@ class RunOutcome:
     """What a finished run hands to the store."""
 
     n_labeled: int
-    score: float
-    final_score: float
-    max_score: float
+    score: float | None  # None when the run was evaluated without rollouts
+    final_score: float | None
+    max_score: float | None
     report: str
     normaliser: dict[str, Any]
     timeline: list[dict[str, Any]]

@@ -69,6 +69,10 @@ class Block(BaseModel):
         None, ge=1, description="Evaluate every N steps of a policy stage."
     )
     stop_early: bool = Field(False, description="Stop stages once converged (StoppingRule).")
+    rollouts: bool = Field(
+        True, description="False: evaluate on the test set only (no rollouts, no score)."
+    )
+    quick: bool = Field(True, description="False: leave this block out of --quick runs.")
 
     @field_validator("budgets")
     @classmethod
@@ -100,6 +104,7 @@ class Block(BaseModel):
                     steps=self.steps,
                     eval_every=self.eval_every,
                     stop_early=self.stop_early,
+                    rollouts=self.rollouts,
                 )
             )
         return out
@@ -160,7 +165,7 @@ class SweepFile(BaseModel):
                 f"Sweep file '{self.name}' has no [quick] section; run it without --quick."
             )
         changes = self.quick.model_dump(exclude_none=True)
-        return [Block.model_validate({**b.model_dump(), **changes}) for b in self.block]
+        return [Block.model_validate({**b.model_dump(), **changes}) for b in self.block if b.quick]
 
     def display(self, method_label: str) -> str:
         return self.labels.get(method_label, method_label)
@@ -199,7 +204,7 @@ def load_sweep_file(path: Path) -> SweepFile:
         allowed = (
             "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
             "[[block]]: panel, methods, envs, budgets, seeds, options, config, steps, eval_every, "
-            "stop_early"
+            "stop_early, rollouts, quick"
         )
         raise UsageError(
             f"Sweep file {path}: " + "; ".join(problems) + f". Allowed keys — {allowed}."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import platform
 import subprocess
 from dataclasses import dataclass, field
@@ -81,15 +82,15 @@ def prepare(
     stages = method.cls().stages(method.config, spec.steps, env_spec, video_model is not None)
     check_stages(stages, spec.steps, spec.method)
     timeline: list[dict[str, Any]] = []
-    evaluator = Evaluator(task.task, device)
+    evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
 
     def evaluate(policy) -> float:
         result = evaluator(policy)
         timeline.append(
             {
                 "step": plan.global_step,
-                "score": result.score,
-                "return": result.mean_return,
+                "score": None if math.isnan(result.score) else result.score,
+                "return": None if math.isnan(result.mean_return) else result.mean_return,
                 **result.metrics,
             }
         )
@@ -122,8 +123,9 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         run.evaluator.close()
     env_spec = run.ctx.spec
     final = run.timeline[-1]
+    scores = [e["score"] for e in run.timeline if e["score"] is not None]
     final_score = final["score"]
-    max_score = max(entry["score"] for entry in run.timeline)
+    max_score = max(scores) if scores else None
     return RunOutcome(
         n_labeled=len(run.ctx.labeled),
         score=final_score if env_spec.report == "final" else max_score,

@@ -100,23 +100,30 @@ def fit_classifiers(
     last_loss = torch.full((runs,), float("inf"))
     steps = max(b.remaining for b in budgets)
 
-    def losses(rows_x, rows_y, rows_mask):
+    def losses(rows_x, rows_y, rows_mask, with_accuracy=False):
         logits = stacked(rows_x)
         if soft:
             per = -(rows_y * F.log_softmax(logits, dim=-1)).sum(-1)
         else:
             per = F.cross_entropy(logits.flatten(0, 1), rows_y.flatten(), reduction="none")
             per = per.view(rows_mask.shape)
-        return (per * rows_mask).sum(1) / rows_mask.sum(1).clamp_min(1)
+        count = rows_mask.sum(1).clamp_min(1)
+        loss = (per * rows_mask).sum(1) / count
+        if not with_accuracy:
+            return loss
+        wanted = rows_y.argmax(-1) if soft else rows_y
+        right = ((logits.argmax(-1) == wanted) & rows_mask).sum(1) / count
+        return loss.cpu(), right.cpu()
 
     for step in range(1, steps + 1):
         if full:
             batch_x, batch_y, batch_mask = x, y, mask
         else:
             # Each run draws its own minibatch among its real rows (without replacement).
-            # Runs whose whole set fits in a batch take all their rows in order.
-            weights = mask.float().cpu() + (~mask).float().cpu() * 1e-9
-            index = torch.multinomial(weights, width, replacement=False, generator=generator)
+            # Each run takes `size` of its real rows at random (padding sorts last); runs
+            # whose whole set fits in a batch take all their rows in order.
+            keys = torch.rand(mask.shape, generator=generator).masked_fill_(~mask.cpu(), 2.0)
+            index = keys.argsort(dim=1)[:, :width]
             whole = sizes >= counts.cpu()
             index[whole] = torch.arange(width)
             keep = torch.arange(width)[None, :] < sizes[:, None]
@@ -149,11 +156,11 @@ def fit_classifiers(
                 active[r] = False
         if rule is not None and step % rule.check_every == 0 and active.any():
             with torch.no_grad():
-                current = losses(x, y, mask).cpu()
-            converged = (current < rule.abs_tol) | (
-                (last_loss - current) < rule.rel_tol * last_loss.clamp_min(1e-12)
-            )
-            stopping = torch.nonzero(active & converged).flatten().tolist()
+                current, accuracy = losses(x, y, mask, with_accuracy=True)
+            stopping = [
+                r for r in torch.nonzero(active).flatten().tolist()
+                if rule.converged(float(last_loss[r]), float(current[r]), float(accuracy[r]))
+            ]  # fmt: skip
             if stopping:
                 stacked.unstack(nets)
             for r in stopping:

@@ -15,19 +15,27 @@ from ssilbench.train.budget import StageBudget
 class StoppingRule:
     """When a stage may end before its budget, the same for every method and run.
 
-    Every ``check_every`` steps the full training loss is measured; the stage stops when it
-    is below ``abs_tol`` or improved by less than ``rel_tol`` (relative) since the previous
-    check.
+    Every ``check_every`` steps the full training loss (and, for classifiers, the training
+    accuracy against the targets' argmax) is measured; the stage stops when the loss is
+    below ``abs_tol``, improved by less than ``rel_tol`` (relative) since the previous
+    check, or every training example is classified correctly.
     """
 
-    check_every: int = 250
-    abs_tol: float = 1e-4
-    rel_tol: float = 0.01
+    check_every: int = 500
+    abs_tol: float = 1e-3
+    rel_tol: float = 0.001
+
+    def converged(self, previous: float, loss: float, accuracy: float | None) -> bool:
+        return (
+            loss < self.abs_tol
+            or (previous - loss) < self.rel_tol * previous
+            or (accuracy is not None and accuracy >= 1.0)
+        )
 
     def describe(self) -> str:
         return (
-            f"converged: training loss < {self.abs_tol:g} or improved by < {self.rel_tol:.0%} "
-            f"over {self.check_every} steps"
+            f"converged: training loss < {self.abs_tol:g}, improved by < {self.rel_tol:.1%} over "
+            f"{self.check_every} steps, or training accuracy 100%"
         )
 
 
@@ -65,6 +73,7 @@ def optimise(
     seed: int,
     clip_grad_norm: float | None = None,
     rule: StoppingRule | None = None,
+    accuracy_fn: Callable[[], float] | None = None,
 ) -> float:
     """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent or ``rule`` stops it;
     returns the last loss. ``loss_fn(slice(None))`` must give the full training loss."""
@@ -85,7 +94,8 @@ def optimise(
         if rule is not None and budget.used % rule.check_every == 0 and budget.remaining:
             with torch.no_grad():
                 current = float(loss_fn(slice(None)))
-            if current < rule.abs_tol or (previous - current) < rule.rel_tol * previous:
+                accuracy = accuracy_fn() if accuracy_fn is not None else None
+            if rule.converged(previous, current, accuracy):
                 budget.stop_early(f"{rule.describe()} (step {budget.used})")
             previous = current
     return float("nan") if last is None else float(last)

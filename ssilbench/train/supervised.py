@@ -49,9 +49,14 @@ def fit_classifier(
             return -(targets[rows] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         return F.cross_entropy(logits, targets[rows])
 
+    wanted = targets.argmax(-1) if soft else targets
+
+    def accuracy() -> float:
+        return float((net(inputs).argmax(-1) == wanted).float().mean())
+
     return optimise(
         net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
-        rule=rule,
+        rule=rule, accuracy_fn=accuracy,
     )  # fmt: skip
 
 
