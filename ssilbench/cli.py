@@ -203,6 +203,12 @@ def list_cmd(state: State, as_json: bool) -> None:
     default=None,
     help="Torch intra-op threads (1 is fastest for tiny models on a busy machine).",
 )
+@click.option(
+    "--stack/--no-stack",
+    default=True,
+    show_default=True,
+    help="Train runs of one task and config together where the method can (see fit_many).",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -225,6 +231,7 @@ def run(
     stop_early,
     no_rollouts,
     threads,
+    stack,
     quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -294,7 +301,9 @@ def run(
         torch.set_num_threads(threads)
     setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device))
     with ResultsStore(results_dir) as store:
-        report = _run_with_progress(plan, state, store, torch_device, retry_failed, workers, setup)
+        report = _run_with_progress(
+            plan, state, store, torch_device, retry_failed, workers, setup, stack
+        )
     summary = (
         f"{report.done} run(s) done, {report.skipped} already recorded, "
         f"{len(report.failed)} failed; results in {results_dir}"
@@ -312,11 +321,15 @@ def run(
         sys.exit(1)
 
 
-def _run_with_progress(plan, state: State, store, device, retry_failed: bool, workers, setup):
+def _run_with_progress(
+    plan, state: State, store, device, retry_failed: bool, workers, setup, stack: bool
+):
     from ssilbench.runner.sweep import run_sweep
 
     if state.quiet:
-        return run_sweep(plan, state.plugins, store, device, retry_failed, None, workers, setup)
+        return run_sweep(
+            plan, state.plugins, store, device, retry_failed, None, workers, setup, stack
+        )
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -349,7 +362,7 @@ def _run_with_progress(plan, state: State, store, device, retry_failed: bool, wo
             progress.advance(bar)
 
         report = run_sweep(
-            plan, state.plugins, store, device, retry_failed, on_progress, workers, setup
+            plan, state.plugins, store, device, retry_failed, on_progress, workers, setup, stack
         )
         progress.update(bar, description="")
     return report

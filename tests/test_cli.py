@@ -158,6 +158,7 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(cli):
         "0,1",
         "--steps",
         "400",
+        "--no-stack",
         "-q",
         "--results",
         str(cli.results),

@@ -9,7 +9,7 @@ from ssilbench.errors import ConfigError
 from ssilbench.plugins import load_plugins
 from ssilbench.runner.plan import build_plan
 from ssilbench.runner.spec import Sweep
-from ssilbench.runner.worker import execute
+from ssilbench.runner.worker import execute, execute_many
 from ssilbench_baselines import idm_labeling as idm_labeling_module
 from ssilbench_baselines.architectures import CNN1, CNN5, MLP5, LinearClassifier
 from ssilbench_maze.environment import MazeTask
@@ -125,3 +125,30 @@ def test_architecture_batch_rules_follow_the_paper():
 def test_cnn5_rejects_images_too_small_for_three_poolings():
     with pytest.raises(ValueError, match="at least 8x8"):
         CNN5().build((3, 7, 7), 4)
+
+
+@pytest.mark.parametrize("method", ["bc", "idm_labeling", "vm_idm"])
+def test_stacked_runs_match_runs_fitted_one_by_one(data_root, method):
+    # Full-batch training (mlp5 on D_L below 512 transitions): the stacked computation
+    # applies the same updates as separate runs, up to float summation order.
+    sweep = Sweep(methods=[method], envs=["maze:10x10"], budgets=["16", "64"], seeds=[0, 1],
+                  steps=60, config={"batch_size": 4096})  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, data_root)
+    alone = [execute(s, plan.method_of(s), plan.task_of(s), PLUGINS, CPU) for s in plan.runs]
+    together = execute_many(plan.runs, plan.method_of(plan.runs[0]),
+                            plan.task_of(plan.runs[0]), PLUGINS, CPU)  # fmt: skip
+    for a, b in zip(alone, together, strict=True):
+        assert a.stages == b.stages
+        for key in ("test_accuracy", "policy_entropy"):
+            assert b.metrics[key] == pytest.approx(a.metrics[key], abs=1e-4)
+
+
+def test_stopping_rule_ends_converged_stages_early(data_root):
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"], seeds=[0], steps=3000,
+                  stop_early=True, config={"arch": "mlp5"})  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, data_root)
+    [spec] = plan.runs
+    outcome = execute(spec, plan.method_of(spec), plan.task_of(spec), PLUGINS, CPU)
+    stage = outcome.stages["policy"]
+    assert stage["stopped_early"] and "converged" in stage["stopped_early"]
+    assert stage["used"] < 3000 and stage["used"] % 500 == 0

@@ -142,6 +142,7 @@ def run_sweep(
     on_progress: Callable[[str, str], None] | None = None,
     workers: int = 1,
     setup: PoolSetup | None = None,
+    stack: bool = True,
 ) -> SweepReport:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports."""
     store.mark_stale_interrupted()
@@ -180,7 +181,7 @@ def run_sweep(
             report.failed.append((describe(index), payload[1]))
         notify(status, describe(index))
 
-    units = groups(plan, pending)
+    units = groups(plan, pending) if stack else [[index] for index in pending]
     if workers > 1 and len(units) > 1:
         if setup is None:
             raise ValueError("a pool needs the PoolSetup to rebuild the plan in its workers")
