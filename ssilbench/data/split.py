@@ -83,12 +83,11 @@ def permutation(n: int, seed: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class LabeledView:
-    """D_L: N_L transitions (s, a, s') with their actions (a copy of just those actions)."""
+class _Transitions:
+    """Transitions (s, s') as frame indices into the stored frames."""
 
     frames: np.ndarray
     index: np.ndarray
-    actions: np.ndarray
 
     def __len__(self) -> int:
         return len(self.index)
@@ -101,20 +100,15 @@ class LabeledView:
 
 
 @dataclass(frozen=True)
-class UnlabeledView:
+class UnlabeledView(_Transitions):
     """D_U: transitions (s, s') only. There is no action here to reach."""
 
-    frames: np.ndarray
-    index: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.index)
+@dataclass(frozen=True)
+class LabeledView(_Transitions):
+    """D_L: N_L transitions (s, a, s') with their actions (a copy of just those actions)."""
 
-    def obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        return np.asarray(self.frames[self.index[rows]])
-
-    def next_obs(self, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        return np.asarray(self.frames[self.index[rows] + 1])
+    actions: np.ndarray
 
 
 def available_items(store: TransitionStore, unit: str = "transitions") -> int:
