@@ -40,7 +40,7 @@ class State:
 
 
 def _csv(text: str, what: str, example: str) -> list[str]:
-    items = [i.strip() for i in text.split(",") if i.strip()]
+    items = list(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
     if not items:
         raise UsageError(f"The {what} list is empty: write e.g. {example}.")
     return items

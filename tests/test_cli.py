@@ -231,6 +231,8 @@ BAD_INPUTS = {
     "empty seeds": (["--seeds", ","], "seed list is empty"),
     "bad steps": (["--steps", "0"], "--steps must be a positive integer"),
     "malformed config": (["-c", "lr"], "expects KEY=VALUE"),
+    "unknown device": (["--device", "tpu0"], "device"),
+    "absent device": (["--device", "cuda:7"], "not available here"),
 }
 
 

@@ -72,7 +72,7 @@ class BC(Method):
             [ctx.plan.stage("policy", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
             lr=cfg.lr or arch.lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
-            seed=ctxs[0].seed,
+            seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
         )
         return policies

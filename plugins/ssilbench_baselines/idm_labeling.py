@@ -114,7 +114,7 @@ class IDMLabeling(Method):
             [ctx.plan.stage("idm") for ctx in ctxs],
             lr=lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
-            seed=ctxs[0].seed,
+            seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
         )
 
@@ -126,7 +126,7 @@ class IDMLabeling(Method):
             [ctx.plan.stage("policy", policy=p) for ctx, p in pairs],
             lr=lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(u)) for u, _ in labeled_u],
-            seed=ctxs[0].seed + 1,
+            seeds=[ctx.seed + 1 for ctx in ctxs],
             rule=ctxs[0].stopping,
         )
         return policies

@@ -146,7 +146,7 @@ class TransitionStore:
         if not manifest_path.is_file():
             raise DatasetError(
                 f"No dataset manifest at {manifest_path}. Delete the folder {root} so it is "
-                "rebuilt, or import the data again.",
+                "rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             )
         try:
@@ -154,7 +154,7 @@ class TransitionStore:
         except json.JSONDecodeError as exc:
             raise DatasetError(
                 f"The dataset manifest {manifest_path} is not valid JSON ({exc}). Delete the "
-                f"folder {root} so it is rebuilt, or import the data again.",
+                f"folder {root} so it is rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             ) from exc
         if (
@@ -165,7 +165,7 @@ class TransitionStore:
         ):
             raise DatasetError(
                 f"{manifest_path} is not a {FORMAT} v{FORMAT_VERSION} manifest. Delete the "
-                f"folder {root} so it is rebuilt, or import the data again.",
+                f"folder {root} so it is rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             )
         for key in ARRAYS:
@@ -174,7 +174,7 @@ class TransitionStore:
             if expected is None or not path.is_file():
                 raise DatasetError(
                     f"Dataset file {path} is missing. Delete the folder {root} so it is "
-                    "rebuilt, or import the data again.",
+                    "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
             if verify and (
@@ -183,7 +183,7 @@ class TransitionStore:
                 raise DatasetError(
                     f"Dataset file {path} does not match its manifest (sha256 or size differs): "
                     f"it is corrupted or was modified. Delete the folder {root} so it is "
-                    "rebuilt (ssilbench data build ENV --rebuild), or import the data again.",
+                    "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
         try:
@@ -194,7 +194,7 @@ class TransitionStore:
         except ValueError as exc:
             raise DatasetError(
                 f"A dataset file in {root} cannot be read ({exc}). Delete the folder so it is "
-                "rebuilt, or import the data again.",
+                "rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             ) from exc
         return cls(root=root, manifest=manifest, **arrays)

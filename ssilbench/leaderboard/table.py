@@ -52,8 +52,31 @@ def _value(record: dict[str, Any], metric: str) -> float | None:
     return (record.get("metrics") or {}).get(metric)
 
 
+def _settings(record: dict[str, Any]) -> str:
+    spec = record.get("spec") or {}
+    parts = [f"steps={spec.get('steps')}"]
+    if spec.get("stop_early"):
+        parts.append("stop_early")
+    return ", ".join(parts)
+
+
+def _distinguish(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs of one method label trained with different step settings get separate rows, so
+    that a cell only averages seeds of one setting."""
+    seen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for r in records:
+        seen[(r["env_label"], r["method_label"])].add(_settings(r))
+    out = []
+    for r in records:
+        if len(seen[(r["env_label"], r["method_label"])]) > 1:
+            r = {**r, "method_label": f"{r['method_label']} [{_settings(r)}]"}
+        out.append(r)
+    return out
+
+
 def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Table:
     """Aggregate finished run records (rows of the results store) into tables."""
+    records = _distinguish(list(records))
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )

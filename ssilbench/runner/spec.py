@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ssilbench.data.split import parse_budget
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # 2: stop_early and rollouts joined the spec
 
 
 class RunSpec(BaseModel):

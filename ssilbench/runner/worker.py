@@ -14,6 +14,7 @@ import torch
 import ssilbench
 from ssilbench.api import RunContext
 from ssilbench.data.split import split
+from ssilbench.errors import UsageError
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import MethodInfo, TaskInfo
@@ -24,9 +25,20 @@ from ssilbench.train.loop import StoppingRule, seed_everything
 
 
 def resolve_device(name: str) -> torch.device:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:N``; a device this machine lacks is a user error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"Unknown device {name!r}: use auto, cpu, cuda or cuda:N.") from None
+    if device.type == "cuda" and (
+        not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()
+    ):
+        raise UsageError(f"Device {name!r} is not available here: use --device cpu or auto.")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"Device {name!r} is not supported: use auto, cpu, cuda or cuda:N.")
+    return device
 
 
 def describe_device(device: torch.device) -> str:

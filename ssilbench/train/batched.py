@@ -21,7 +21,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import StoppingRule, adam
+from ssilbench.train.loop import BatchSampler, StoppingRule, adam
 
 
 class Stacked(nn.Module):
@@ -78,7 +78,7 @@ def fit_classifiers(
     *,
     lr: float,
     batch_sizes: list[int],
-    seed: int,
+    seeds: list[int],
     rule: StoppingRule | None = StoppingRule(),
     on_check: Callable[[list[int]], None] | None = None,
 ) -> None:
@@ -92,7 +92,11 @@ def fit_classifiers(
     soft = y.is_floating_point()
     stacked = Stacked(nets)
     optimiser = adam(list(stacked.parameters()), lr)
-    generator = torch.Generator(device="cpu").manual_seed(seed)
+    # The same minibatches, run by run, as `optimise` draws for a run trained alone.
+    samplers = [
+        BatchSampler(int(n), size, seed)
+        for n, size, seed in zip(counts, batch_sizes, seeds, strict=True)
+    ]
     sizes = torch.tensor([min(b, int(n)) for b, n in zip(batch_sizes, counts, strict=True)])
     full = bool((sizes >= counts.cpu()).all())
     width = int(sizes.max())
@@ -120,12 +124,15 @@ def fit_classifiers(
             batch_x, batch_y, batch_mask = x, y, mask
         else:
             # Each run draws its own minibatch among its real rows (without replacement).
-            # Each run takes `size` of its real rows at random (padding sorts last); runs
-            # whose whole set fits in a batch take all their rows in order.
-            keys = torch.rand(mask.shape, generator=generator).masked_fill_(~mask.cpu(), 2.0)
-            index = keys.argsort(dim=1)[:, :width]
-            whole = sizes >= counts.cpu()
-            index[whole] = torch.arange(width)
+            index = torch.zeros(runs, width, dtype=torch.long)
+            for r, sampler in enumerate(samplers):
+                rows = sampler.next()
+                rows = (
+                    torch.arange(int(counts[r]))
+                    if isinstance(rows, slice)
+                    else torch.from_numpy(rows)
+                )
+                index[r, : len(rows)] = rows
             keep = torch.arange(width)[None, :] < sizes[:, None]
             index = index.to(device)
             batch_x = torch.gather(

@@ -63,7 +63,8 @@ class StageBudget:
     def stop_early(self, reason: str) -> None:
         """End the stage before its budget (a documented stopping rule); recorded per run."""
         self.stopped_early = reason
-        if self.stage.policy and self.policy is not None:
+        already = self.used % self.plan.eval_every == 0  # tick() has just evaluated it
+        if self.stage.policy and self.policy is not None and not already:
             self.plan.evaluate(self.policy)
 
 
