@@ -391,6 +391,12 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
     with ResultsStore(Path(results), create=False) as store:
         records = store.rows("done")
     table = build_table(records, metric)
+    if metric == "score" and records and not table.tables:
+        known = sorted({k for r in records for k in (r.get("metrics") or {})})
+        raise UsageError(
+            "The finished runs have no rollout score (they ran with --no-rollouts); choose a "
+            f"metric with --metric: {', '.join(known)}."
+        )
     if metric != "score" and records and not table.tables:
         known = sorted({k for r in records for k in (r.get("metrics") or {})})
         raise UsageError(

@@ -146,7 +146,7 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         report=env_spec.report,
         normaliser=env_spec.normaliser.model_dump(),
         timeline=run.timeline,
-        metrics={k: v for k, v in final.items() if k not in ("step", "score")},
+        metrics={k: v for k, v in final.items() if k not in ("step", "score") and v is not None},
         stages=report,
     )
 
