@@ -419,7 +419,9 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
     click.echo(f"wrote {target}", err=True)
 
 
-def _study(state: State, path: str, results: str, data_root: str, quick: bool):
+def _study(
+    state: State, path: str, results: str, data_root: str, quick: bool, allow_empty: bool = False
+):
     """A sweep file, its finished runs and their panels."""
     from ssilbench.leaderboard.figures import collect
     from ssilbench.runner.store import ResultsStore
@@ -429,7 +431,7 @@ def _study(state: State, path: str, results: str, data_root: str, quick: bool):
     titles = panel_titles(state.plugins, sweep_file, Path(data_root).expanduser(), quick)
     with ResultsStore(Path(results), create=False) as store:
         records = [r for r in store.rows("done") if r["run_id"] in titles]
-    if not records:
+    if not records and not allow_empty:
         raise UsageError(
             f"No finished runs of {path} in {results}: run 'ssilbench run --sweep {path}"
             f"{' --quick' if quick else ''}' first (same --results)."
@@ -494,14 +496,15 @@ def report(state: State, sweeps, quick, results, data_root, out) -> None:
     ]  # fmt: skip
     tally = {True: 0, False: 0, None: 0}
     for path in sweeps:
-        sweep_file, panels = _study(state, path, results, data_root, quick)
+        sweep_file, panels = _study(state, path, results, data_root, quick, allow_empty=True)
         name = sweep_file.name + ("-quick" if quick else "")
-        png, _ = draw(panels, sweep_file.title or sweep_file.name, sweep_file.metric,
-                      sweep_file.x_label, figures / name)  # fmt: skip
         command = f"ssilbench run --sweep {path}" + (" --quick" if quick else "")
-        section, verdicts = study_section(
-            sweep_file, Path(path), panels, Path(os.path.relpath(png, target.parent)), command
-        )
+        figure = None
+        if panels:
+            png, _ = draw(panels, sweep_file.title or sweep_file.name, sweep_file.metric,
+                          sweep_file.x_label, figures / name)  # fmt: skip
+            figure = Path(os.path.relpath(png, target.parent))
+        section, verdicts = study_section(sweep_file, Path(path), panels, figure, command)
         lines += section
         for v in verdicts:
             tally[v.held] += 1

@@ -146,6 +146,15 @@ def test_run_plot_and_report_from_a_sweep_file(tmp_path, capsys):
     code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common)
     assert code == 0 and "already recorded" in err  # the quick runs are a subset
 
+    unrun = write(tmp_path, GOOD.replace('name = "tiny"', 'name = "later"').replace(
+        "maze_seed = [0, 1]", "maze_seed = [5]"), "later.toml")  # fmt: skip
+    code, err = _cli(capsys, "report", "--sweep", str(path), "--sweep", str(unrun), *common,
+                     "--out", str(out))  # fmt: skip
+    assert code == 0, err
+    text = out.read_text()
+    assert "No run of this study is in the results store yet" in text
+    assert "not checked: 2" in text  # the unrun study's two claims
+
 
 def test_sweep_cli_errors_exit_2(tmp_path, capsys):
     path = write(tmp_path, GOOD.replace("metric =", "metrc =", 1))

@@ -99,6 +99,8 @@ def study_section(
     if sweep_file.description:
         lines += [sweep_file.description, ""]
     lines += [f"Sweep file: `{path}`. Runs: `{command}`.", ""]
+    if not panels:
+        lines += ["No run of this study is in the results store yet: its claims are unchecked.", ""]
     if figure is not None:
         lines += [f"![{sweep_file.name}]({figure.as_posix()})", ""]
     if verdicts:
