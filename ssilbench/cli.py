@@ -207,7 +207,8 @@ def list_cmd(state: State, as_json: bool) -> None:
     "--stack/--no-stack",
     default=True,
     show_default=True,
-    help="Train runs of one task and config together where the method can (see fit_many).",
+    help="Train runs of one task and config together where the method can (see fit_many); "
+    "single-process sweeps only (--workers 1).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
