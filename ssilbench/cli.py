@@ -151,7 +151,7 @@ def list_cmd(state: State, as_json: bool) -> None:
 @click.option(
     "--budgets", default=None, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
 )
-@click.option("--seeds", default="0", show_default=True, help="Comma-separated integer seeds.")
+@click.option("--seeds", default=None, help="Comma-separated integer seeds [default: 0].")
 @click.option(
     "-c",
     "--config",
@@ -248,6 +248,7 @@ def run(
     if sweep_file is not None:
         given = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets),
                                 ("--config", config), ("--option", options), ("--steps", steps),
+                                ("--seeds", seeds),
                                 ("--eval-every", eval_every), ("--stop-early", stop_early),
                                 ("--no-rollouts", no_rollouts))
                  if v]  # fmt: skip
@@ -279,7 +280,7 @@ def run(
                 methods=_csv(methods, "method", "--method bc,vm_idm"),
                 envs=_csv(envs, "environment", "--env maze:10x10"),
                 budgets=parse_budgets(budgets),
-                seeds=_seeds(seeds),
+                seeds=_seeds(seeds if seeds is not None else "0"),
                 config=parse_assignments(config, "--config"),
                 options=parse_assignments(options, "--option"),
                 steps=steps,

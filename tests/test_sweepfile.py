@@ -164,6 +164,8 @@ def test_sweep_cli_errors_exit_2(tmp_path, capsys):
     good = write(tmp_path, GOOD, "good.toml")
     code, err = _cli(capsys, "run", "--sweep", str(good), "--method", "bc", *common)
     assert code == 2 and "drop --method" in err
+    code, err = _cli(capsys, "run", "--sweep", str(good), "--seeds", "3", *common)
+    assert code == 2 and "drop --seeds" in err
     code, err = _cli(capsys, "run", "--quick", "--method", "bc", "--env", "maze:10x10",
                      "--budgets", "16", *common)  # fmt: skip
     assert code == 2 and "--quick needs --sweep" in err
