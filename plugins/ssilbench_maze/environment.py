@@ -260,6 +260,39 @@ class MazeVideoModel(VideoModel):
         return out
 
 
+def cell_world_spec(
+    env_id: str,
+    observe: MazeObserver,
+    *,
+    horizon: int,
+    eval_episodes: int,
+    action_selection: Literal["greedy", "sample"],
+    success: str,
+    metadata: dict[str, Any],
+) -> EnvSpec:
+    """The spec shared by the maze and the grid: 4 moves, positions or images, and the
+    success rate as the normalised score; ``success`` says what counts as success."""
+    image = observe.kind == "image"
+    return EnvSpec(
+        env_id=env_id,
+        obs_shape=tuple(observe.space.shape),
+        obs_dtype="uint8" if image else "float32",
+        obs_kind="image" if image else "vector",
+        num_actions=len(ACTION_NAMES),
+        action_names=ACTION_NAMES,
+        horizon=horizon,
+        eval_episodes=eval_episodes,
+        eval_every=500,
+        action_selection=action_selection,
+        default_steps=1500,
+        default_arch="cnn1" if image else "mlp5",
+        normaliser=Normaliser(name="success rate", low=0.0, high=1.0, source=success),
+        goal_dims=observe.goal_dims,
+        budget_unit="transitions",
+        metadata=metadata,
+    )
+
+
 class MazeTask(Task):
     """One maze task with its options applied."""
 
@@ -297,7 +330,6 @@ class MazeTask(Task):
             )
 
     def _spec(self) -> EnvSpec:
-        image = self.options.state == "image"
         metadata: dict[str, Any] = {
             "test_states": len(self.test_pairs[0]),
             "longest_expert_path": self.sampler.longest_path,
@@ -313,27 +345,13 @@ class MazeTask(Task):
             metadata["feasible_states"] = len(self.tables.goals)
             metadata["feasible_pairs"] = self.tables.num_pairs
             metadata["goal"] = None
-        return EnvSpec(
-            env_id=f"maze:{self.task}",
-            obs_shape=tuple(self.observe.space.shape),
-            obs_dtype="uint8" if image else "float32",
-            obs_kind="image" if image else "vector",
-            num_actions=len(ACTION_NAMES),
-            action_names=ACTION_NAMES,
+        return cell_world_spec(
+            f"maze:{self.task}",
+            self.observe,
             horizon=self.horizon,
             eval_episodes=64,
-            eval_every=500,
             action_selection="greedy",
-            default_steps=1500,
-            default_arch="cnn1" if image else "mlp5",
-            normaliser=Normaliser(
-                name="success rate",
-                low=0.0,
-                high=1.0,
-                source="rollout success: reward 1 on reaching the goal",
-            ),
-            goal_dims=self.observe.goal_dims,
-            budget_unit="transitions",
+            success="rollout success: reward 1 on reaching the goal",
             metadata=metadata,
         )
 

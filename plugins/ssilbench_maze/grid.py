@@ -17,10 +17,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Task
+from ssilbench.api import Environment, Task
 from ssilbench.data.store import TransitionStore
 from ssilbench.errors import unknown
-from ssilbench_maze.environment import short_hash
+from ssilbench_maze.environment import cell_world_spec, short_hash
 from ssilbench_maze.expert import ACTION_NAMES, solve
 from ssilbench_maze.generate import Maze
 from ssilbench_maze.gym_env import FixedGoal, MazeObserver, MazeVectorEnv
@@ -104,28 +104,14 @@ class GridTask(Task):
         self.steps = 2 * (self.size - 1)
         self.observe = MazeObserver(self.maze, options.state)
         self.sampler = FixedGoal(np.array([self.start]), self.maze.goal, self.steps)
-        image = options.state == "image"
-        self.spec = EnvSpec(
-            env_id=f"grid:{task}",
-            obs_shape=tuple(self.observe.space.shape),
-            obs_dtype="uint8" if image else "float32",
-            obs_kind="image" if image else "vector",
-            num_actions=len(ACTION_NAMES),
-            action_names=ACTION_NAMES,
+        self.spec = cell_world_spec(
+            f"grid:{task}",
+            self.observe,
             horizon=self.steps,
             eval_episodes=25,
-            eval_every=500,
             # The expert is stochastic, so its imitators are sampled, not made greedy.
             action_selection="sample",
-            default_steps=1500,
-            default_arch="cnn1" if image else "mlp5",
-            normaliser=Normaliser(
-                name="success rate",
-                low=0.0,
-                high=1.0,
-                source=f"reward 1 on reaching the bottom-right cell within {self.steps} steps",
-            ),
-            budget_unit="transitions",
+            success=f"reward 1 on reaching the bottom-right cell within {self.steps} steps",
             metadata={
                 "grid_size": [self.size, self.size],
                 "start": [0, 0],
