@@ -142,29 +142,13 @@ def test_failed_run_is_recorded_and_sweep_continues(cli):
     assert attempts == 2
 
 
+KILLED_SWEEP = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16,32,64,128",
+                "--seeds", "0,1", "--steps", "400", "-q"]  # fmt: skip
+
+
 def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(cli):
-    args = [
-        sys.executable,
-        "-m",
-        "ssilbench",
-        "run",
-        "--method",
-        "bc",
-        "--env",
-        "maze:10x10",
-        "--budgets",
-        "16,32,64,128",
-        "--seeds",
-        "0,1",
-        "--steps",
-        "400",
-        "--no-stack",
-        "-q",
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-    ]
+    args = [sys.executable, "-m", "ssilbench", "run", *KILLED_SWEEP, "--no-stack",
+            "--results", str(cli.results), "--data-root", str(cli.data)]  # fmt: skip
     proc = subprocess.Popen(
         args, env=cli.env(), cwd=cli.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -187,19 +171,7 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(cli):
         proc.wait()
     assert 2 <= len(done_before) < 8, "the sweep should be killed part-way"
 
-    rerun = cli.run(
-        "--method",
-        "bc",
-        "--env",
-        "maze:10x10",
-        "--budgets",
-        "16,32,64,128",
-        "--seeds",
-        "0,1",
-        "--steps",
-        "400",
-        "-q",
-    )
+    rerun = cli.run(*KILLED_SWEEP)  # stacked this time: both paths record runs once
     assert rerun.returncode == 0, rerun.stderr
     rows = cli.rows()
     assert len(rows) == 8 and all(r[1] == "done" for r in rows)
