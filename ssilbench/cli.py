@@ -210,6 +210,13 @@ def list_cmd(state: State, as_json: bool) -> None:
     help="Train runs of one task and config together where the method can (see fit_many); "
     "single-process sweeps only (--workers 1).",
 )
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="Reuse trained stages whose inputs are identical to an earlier run's (kept in "
+    "RESULTS/cache; see 'ssilbench cache').",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -233,6 +240,7 @@ def run(
     no_rollouts,
     threads,
     stack,
+    cache,
     quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -301,7 +309,8 @@ def run(
         import torch
 
         torch.set_num_threads(threads)
-    setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device))
+    cache_root = results_dir / "cache" if cache else None
+    setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device), cache_root)
     with ResultsStore(results_dir) as store:
         report = _run_with_progress(
             plan, state, store, torch_device, retry_failed, workers, setup, stack
@@ -327,10 +336,12 @@ def _run_with_progress(
     plan, state: State, store, device, retry_failed: bool, workers, setup, stack: bool
 ):
     from ssilbench.runner.sweep import run_sweep
+    from ssilbench.train.memo import StageCache
 
+    cache = StageCache(setup.cache_root) if setup.cache_root is not None else None
     if state.quiet:
         return run_sweep(
-            plan, state.plugins, store, device, retry_failed, None, workers, setup, stack
+            plan, state.plugins, store, device, retry_failed, None, workers, setup, stack, cache
         )
     from rich.console import Console
     from rich.progress import (
@@ -364,8 +375,9 @@ def _run_with_progress(
             progress.advance(bar)
 
         report = run_sweep(
-            plan, state.plugins, store, device, retry_failed, on_progress, workers, setup, stack
-        )
+            plan, state.plugins, store, device, retry_failed, on_progress, workers, setup, stack,
+            cache,
+        )  # fmt: skip
         progress.update(bar, description="")
     return report
 
@@ -581,3 +593,43 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@cli.group()
+def cache() -> None:
+    """List or delete the trained stages kept for reuse (RESULTS/cache)."""
+
+
+@cache.command("ls")
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+def cache_ls(results: str) -> None:
+    """One line per kept stage: key, stage, size, last use."""
+    import datetime
+
+    from ssilbench.train.memo import StageCache
+
+    entries = StageCache(Path(results) / "cache").entries()
+    for e in entries:
+        when = datetime.datetime.fromtimestamp(e.last_used).isoformat(timespec="seconds")
+        stage = "damaged" if e.meta.get("damaged") else e.meta.get("stage", "?")
+        click.echo(f"{e.key[:12]}  {stage:<10} {e.size / 1024:9.1f} KiB  last used {when}")
+    total = sum(e.size for e in entries)
+    click.echo(f"{len(entries)} stage(s), {total / 2**20:.1f} MiB in {Path(results) / 'cache'}")
+
+
+@cache.command("gc")
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+@click.option(
+    "--older-than",
+    "days",
+    type=click.FloatRange(min=0),
+    default=0,
+    show_default=True,
+    help="Delete only stages not used for this many days (0: delete all).",
+)
+def cache_gc(results: str, days: float) -> None:
+    """Delete kept stages (results already recorded are untouched)."""
+    from ssilbench.train.memo import StageCache
+
+    removed = StageCache(Path(results) / "cache").gc(days * 86400)
+    click.echo(f"deleted {len(removed)} stage(s), {sum(e.size for e in removed) / 2**20:.1f} MiB")

@@ -22,6 +22,7 @@ from ssilbench.runner.plan import Plan, label
 from ssilbench.runner.spec import RunSpec, Sweep
 from ssilbench.runner.store import ResultsStore, RunOutcome
 from ssilbench.runner.worker import describe_device, execute, execute_many, versions
+from ssilbench.train.memo import StageCache
 
 
 @dataclass
@@ -55,6 +56,7 @@ class PoolSetup:
     sweeps: list[Sweep]
     data_root: Path
     device: str
+    cache_root: Path | None = None
 
 
 MAX_GROUP = 64  # runs stacked into one computation at most
@@ -82,7 +84,13 @@ def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
     return out
 
 
-def _execute(plan: Plan, plugins: Plugins, unit: list[int], device: torch.device):
+def _execute(
+    plan: Plan,
+    plugins: Plugins,
+    unit: list[int],
+    device: torch.device,
+    cache: StageCache | None = None,
+):
     """Run one unit; yields (index, status, payload, wall seconds) per run. A stacked run's
     wall time is its share of the unit's."""
     began = time.perf_counter()
@@ -90,10 +98,10 @@ def _execute(plan: Plan, plugins: Plugins, unit: list[int], device: torch.device
     try:
         if len(specs) == 1:
             outcomes = [execute(specs[0], plan.method_of(specs[0]), plan.task_of(specs[0]),
-                                plugins, device)]  # fmt: skip
+                                plugins, device, cache)]  # fmt: skip
         else:
             outcomes = execute_many(
-                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device
+                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device, cache
             )
     except Exception as exc:
         error = (traceback.format_exc(), f"{type(exc).__name__}: {exc}")
@@ -115,11 +123,13 @@ def _init_worker(setup: PoolSetup) -> None:
     plan = Plan(runs=[])
     for sweep in setup.sweeps:
         plan.extend(build_plan(plugins, sweep, setup.data_root))
-    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device))
+    cache = StageCache(setup.cache_root) if setup.cache_root is not None else None
+    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device), cache=cache)
 
 
 def _work(unit: list[int]) -> list[tuple]:
-    return _execute(_WORKER["plan"], _WORKER["plugins"], unit, _WORKER["device"])
+    w = _WORKER
+    return _execute(w["plan"], w["plugins"], unit, w["device"], w["cache"])
 
 
 def _in_pool(units: list[list[int]], setup: PoolSetup, workers: int) -> Iterator[tuple]:
@@ -144,8 +154,10 @@ def run_sweep(
     workers: int = 1,
     setup: PoolSetup | None = None,
     stack: bool = True,
+    cache: StageCache | None = None,
 ) -> SweepReport:
-    """Execute every run of the plan not already done; ``on_progress(event, label)`` reports."""
+    """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
+    With a ``cache``, trained stages are reused across runs (``ssilbench.train.memo``)."""
     store.mark_stale_interrupted()
     statuses = store.statuses()
     provenance = versions(plugins)
@@ -202,6 +214,6 @@ def run_sweep(
         notify(
             "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
         )
-        for index, status, payload, wall in _execute(plan, plugins, unit, device):
+        for index, status, payload, wall in _execute(plan, plugins, unit, device, cache):
             record(index, status, payload, wall)
     return report

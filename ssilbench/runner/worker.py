@@ -22,6 +22,7 @@ from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.store import RunOutcome
 from ssilbench.train.budget import StagePlan, check_stages
 from ssilbench.train.loop import StoppingRule, seed_everything
+from ssilbench.train.memo import StageCache
 
 
 def resolve_device(name: str) -> torch.device:
@@ -84,7 +85,12 @@ class PreparedRun:
 
 
 def prepare(
-    spec: RunSpec, method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+    spec: RunSpec,
+    method: MethodInfo,
+    task: TaskInfo,
+    plugins: Plugins,
+    device: torch.device,
+    cache: StageCache | None = None,
 ) -> PreparedRun:
     """Split the data, declare and check the stages, and build the run's context."""
     seed_everything(spec.seed)
@@ -108,7 +114,7 @@ def prepare(
         )
         return result.score
 
-    plan = StagePlan(stages, eval_every=spec.eval_every, evaluate=evaluate)
+    plan = StagePlan(stages, eval_every=spec.eval_every, evaluate=evaluate, cache=cache)
     ctx = RunContext(
         config=method.config,
         spec=env_spec,
@@ -152,10 +158,15 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
 
 
 def execute(
-    spec: RunSpec, method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+    spec: RunSpec,
+    method: MethodInfo,
+    task: TaskInfo,
+    plugins: Plugins,
+    device: torch.device,
+    cache: StageCache | None = None,
 ) -> RunOutcome:
     """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
-    run = prepare(spec, method, task, plugins, device)
+    run = prepare(spec, method, task, plugins, device, cache)
     try:
         policy = method.cls().fit(run.ctx)
     except BaseException:
@@ -165,11 +176,16 @@ def execute(
 
 
 def execute_many(
-    specs: list[RunSpec], method: MethodInfo, task: TaskInfo, plugins: Plugins, device: torch.device
+    specs: list[RunSpec],
+    method: MethodInfo,
+    task: TaskInfo,
+    plugins: Plugins,
+    device: torch.device,
+    cache: StageCache | None = None,
 ) -> list[RunOutcome]:
     """Runs of one method and task that differ only in budget and seed, fitted together
     through the method's ``fit_many`` (one stacked computation)."""
-    runs = [prepare(spec, method, task, plugins, device) for spec in specs]
+    runs = [prepare(spec, method, task, plugins, device, cache) for spec in specs]
     try:
         policies = method.cls().fit_many([run.ctx for run in runs])
     except BaseException:

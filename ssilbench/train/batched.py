@@ -6,14 +6,13 @@ their parameters get a leading run axis (``torch.func.stack_module_state``) and 
 ``vmap``-ed forward pass serves all of them. The loss is the *sum* of the runs' own losses
 and Adam is elementwise, so every run follows exactly the updates it would get alone.
 
-Runs that stop early (``ssilbench.train.loop.StoppingRule``) keep their parameters frozen
-for the rest of the stage while the others go on.
+Runs that stop early (``ssilbench.train.loop.StoppingRule``) leave the stack while the
+others go on.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +21,7 @@ from torch.func import functional_call, stack_module_state
 
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import BatchSampler, StoppingRule, adam
+from ssilbench.train.memo import StageCache, reusable, stage_key
 
 
 class Stacked(nn.Module):
@@ -80,32 +80,111 @@ def fit_classifiers(
     batch_sizes: list[int],
     seeds: list[int],
     rule: StoppingRule | None = StoppingRule(),
-    on_check: Callable[[list[int]], None] | None = None,
 ) -> None:
     """Train R classifiers (hard or soft targets) together until their budgets are spent or
-    the stopping rule stops them. ``budgets[r]`` is run r's stage budget (it ticks)."""
-    runs = len(nets)
-    device = inputs[0].device
-    x, mask = _padded(inputs)
-    y, _ = _padded(targets)
-    counts = mask.sum(1)
-    soft = y.is_floating_point()
-    stacked = Stacked(nets)
-    optimiser = adam(list(stacked.parameters()), lr)
+    the stopping rule stops them. ``budgets[r]`` is run r's stage budget (it ticks).
+
+    Runs are stacked in groups of similar batch width (a full-batch run of 64 rows padded
+    to 1,273 would cost 20 times its own work), one group after the other; inside a group,
+    runs that have stopped leave the stack at the next check, so the compute follows the
+    runs still training. Runs whose stage was trained before (``ssilbench.train.memo``) are
+    restored instead."""
+    keys: dict[int, tuple[StageCache, str]] = {}
+    for r, budget in enumerate(budgets):
+        cache = reusable(budget)
+        if cache is None:
+            continue
+        key = stage_key(cache, "classifier", nets[r], inputs[r], targets[r], budget, lr=lr,
+                        batch_size=batch_sizes[r], seed=seeds[r], rule=rule)  # fmt: skip
+        if not cache.restore(key, nets[r], budget):
+            keys[r] = (cache, key)
+    todo = [r for r, b in enumerate(budgets) if not b.reused]
+    widths = [min(batch_sizes[r], len(inputs[r])) for r in todo]
+    for local in _width_groups(widths):
+        group = [todo[i] for i in local]
+        _fit_group(
+            [nets[r] for r in group],
+            [inputs[r] for r in group],
+            [targets[r] for r in group],
+            [budgets[r] for r in group],
+            lr=lr,
+            batch_sizes=[batch_sizes[r] for r in group],
+            seeds=[seeds[r] for r in group],
+            rule=rule,
+        )
+    for r, (cache, key) in keys.items():
+        cache.save(key, nets[r], budgets[r])
+
+
+def _width_groups(widths: list[int], slack: float = 1.5) -> list[list[int]]:
+    """Run indices grouped so that no run's batch is padded beyond ``slack`` times its width."""
+    groups: list[list[int]] = []
+    for r in sorted(range(len(widths)), key=lambda r: widths[r]):
+        if groups and widths[r] <= slack * widths[groups[-1][0]]:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+class _Group:
+    """The stacked state of the runs still training: modules, Adam moments, padded data."""
+
+    def __init__(self, nets, inputs, targets, samplers, lr: float, runs: list[int]) -> None:
+        self.runs = runs  # positions in the caller's lists
+        self.nets = [nets[r] for r in runs]
+        self.samplers = [samplers[r] for r in runs]
+        self.x, self.mask = _padded([inputs[r] for r in runs])
+        self.y, _ = _padded([targets[r] for r in runs])
+        self.counts = self.mask.sum(1).cpu()
+        self.sizes = torch.tensor([s.batch_size for s in self.samplers])
+        self.full = bool((self.sizes >= self.counts).all())
+        self.stacked = Stacked(self.nets)
+        self.optimiser = adam(list(self.stacked.parameters()), lr)
+
+    def without(self, gone: list[int], nets, inputs, targets, samplers, lr: float) -> _Group:
+        """The same group minus the runs in ``gone``, moments carried over (Adam is elementwise,
+        so the remaining runs' updates do not change)."""
+        self.stacked.unstack(self.nets)
+        keep = [i for i, r in enumerate(self.runs) if r not in gone]
+        smaller = _Group(nets, inputs, targets, samplers, lr, [self.runs[i] for i in keep])
+        index = torch.tensor(keep, device=self.x.device)
+        old = list(self.stacked.parameters())
+        for before, after in zip(old, smaller.stacked.parameters(), strict=True):
+            state = self.optimiser.state.get(before)
+            if not state:
+                continue
+            smaller.optimiser.state[after] = {
+                k: v.index_select(0, index).clone() if v.dim() and v.shape[0] == len(self.runs)
+                else v.clone()
+                for k, v in state.items()
+            }  # fmt: skip
+        return smaller
+
+
+def _fit_group(
+    nets: list[nn.Module],
+    inputs: list[torch.Tensor],
+    targets: list[torch.Tensor],
+    budgets: list[StageBudget],
+    *,
+    lr: float,
+    batch_sizes: list[int],
+    seeds: list[int],
+    rule: StoppingRule | None,
+) -> None:
+    soft = targets[0].is_floating_point()
     # The same minibatches, run by run, as `optimise` draws for a run trained alone.
     samplers = [
-        BatchSampler(int(n), size, seed)
-        for n, size, seed in zip(counts, batch_sizes, seeds, strict=True)
+        BatchSampler(len(x), size, seed)
+        for x, size, seed in zip(inputs, batch_sizes, seeds, strict=True)
     ]
-    sizes = torch.tensor([min(b, int(n)) for b, n in zip(batch_sizes, counts, strict=True)])
-    full = bool((sizes >= counts.cpu()).all())
-    width = int(sizes.max())
-    active = torch.ones(runs, dtype=torch.bool)
-    last_loss = torch.full((runs,), float("inf"))
+    g = _Group(nets, inputs, targets, samplers, lr, list(range(len(nets))))
+    last_loss = {r: float("inf") for r in g.runs}
     steps = max(b.remaining for b in budgets)
 
     def losses(rows_x, rows_y, rows_mask, with_accuracy=False):
-        logits = stacked(rows_x)
+        logits = g.stacked(rows_x)
         if soft:
             per = -(rows_y * F.log_softmax(logits, dim=-1)).sum(-1)
         else:
@@ -120,65 +199,56 @@ def fit_classifiers(
         return loss.cpu(), right.cpu()
 
     for step in range(1, steps + 1):
-        if full:
-            batch_x, batch_y, batch_mask = x, y, mask
+        if g.full:
+            batch_x, batch_y, batch_mask = g.x, g.y, g.mask
         else:
-            # Each run draws its own minibatch among its real rows (without replacement).
-            index = torch.zeros(runs, width, dtype=torch.long)
-            for r, sampler in enumerate(samplers):
-                rows = sampler.next()
-                rows = (
-                    torch.arange(int(counts[r]))
-                    if isinstance(rows, slice)
-                    else torch.from_numpy(rows)
-                )
-                index[r, : len(rows)] = rows
-            keep = torch.arange(width)[None, :] < sizes[:, None]
-            index = index.to(device)
-            batch_x = torch.gather(
-                x, 1, index.view(runs, width, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:])
-            )
-            batch_y = torch.gather(
-                y, 1, index.view(runs, width, *([1] * (y.dim() - 2))).expand(-1, -1, *y.shape[2:])
-            )
-            batch_mask = keep.to(device)
-        per_run = losses(batch_x, batch_y, batch_mask)
+            batch_x, batch_y, batch_mask = _minibatch(g)
+        optimiser = g.optimiser
         optimiser.zero_grad(set_to_none=True)
-        (per_run * active.to(device)).sum().backward()
-        frozen = ~active
-        if frozen.any():
-            saved = {k: v.detach()[frozen].clone() for k, v in stacked.params.items()}
+        losses(batch_x, batch_y, batch_mask).sum().backward()
         optimiser.step()
-        if frozen.any():
-            with torch.no_grad():
-                for k, v in stacked.params.items():
-                    v[frozen] = saved[k]
-        ticking = [r for r in torch.nonzero(active).flatten().tolist() if budgets[r].remaining > 0]
-        if any(_evaluates_next(budgets[r]) for r in ticking):
-            stacked.unstack(nets)  # periodic evaluation reads the runs' own modules
-        for r in ticking:
+        if any(_evaluates_next(budgets[r]) for r in g.runs):
+            g.stacked.unstack(g.nets)  # periodic evaluation reads the runs' own modules
+        for r in g.runs:
             budgets[r].tick()
-        for r in torch.nonzero(active).flatten().tolist():
-            if budgets[r].remaining == 0:
-                active[r] = False
-        if rule is not None and step % rule.check_every == 0 and active.any():
+        gone = [r for r in g.runs if budgets[r].remaining == 0]
+        if rule is not None and step % rule.check_every == 0:
             with torch.no_grad():
-                current, accuracy = losses(x, y, mask, with_accuracy=True)
+                current, accuracy = losses(g.x, g.y, g.mask, with_accuracy=True)
             stopping = [
-                r for r in torch.nonzero(active).flatten().tolist()
-                if rule.converged(float(last_loss[r]), float(current[r]), float(accuracy[r]))
+                r for i, r in enumerate(g.runs)
+                if r not in gone and rule.converged(last_loss[r], float(current[i]),
+                                                    float(accuracy[i]))
             ]  # fmt: skip
+            last_loss.update({r: float(current[i]) for i, r in enumerate(g.runs)})
             if stopping:
-                stacked.unstack(nets)
+                g.stacked.unstack(g.nets)  # stopping evaluates the runs' own modules
             for r in stopping:
-                active[r] = False
                 budgets[r].stop_early(f"{rule.describe()} (step {budgets[r].used})")
-            last_loss = current
-            if on_check is not None:
-                on_check(torch.nonzero(active).flatten().tolist())
-        if not active.any():
+            gone += stopping
+        if len(gone) == len(g.runs):
             break
-    stacked.unstack(nets)
+        if gone:
+            g = g.without(gone, nets, inputs, targets, samplers, lr)
+    g.stacked.unstack(g.nets)
+
+
+def _minibatch(g: _Group) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each run's own minibatch among its real rows (without replacement), padded."""
+    runs, width = len(g.runs), int(g.sizes.max())
+    index = torch.zeros(runs, width, dtype=torch.long)
+    for i, sampler in enumerate(g.samplers):
+        rows = sampler.next()
+        rows = torch.arange(int(g.counts[i])) if isinstance(rows, slice) else torch.from_numpy(rows)
+        index[i, : len(rows)] = rows
+    keep = torch.arange(width)[None, :] < g.sizes[:, None]
+    index = index.to(g.x.device)
+
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        shaped = index.view(runs, width, *([1] * (t.dim() - 2)))
+        return torch.gather(t, 1, shaped.expand(-1, -1, *t.shape[2:]))
+
+    return gather(g.x), gather(g.y), keep.to(g.x.device)
 
 
 def _evaluates_next(budget: StageBudget) -> bool:

@@ -41,6 +41,7 @@ class StageBudget:
     policy: Any = None
     used: int = 0
     stopped_early: str | None = None
+    reused: str | None = None
 
     @property
     def remaining(self) -> int:
@@ -60,6 +61,21 @@ class StageBudget:
         ):
             self.plan.evaluate(self.policy)
 
+    def replay(self, used: int, stopped_early: str | None, reused: str) -> None:
+        """Account for a stage whose trained result was reused: the same steps as when it
+        was trained, and the one evaluation at its end."""
+        if used > self.stage.steps or (used < self.stage.steps and not stopped_early):
+            raise StepParityError(
+                f"stage '{self.stage.name}' cannot reuse a result of {used} of "
+                f"{self.stage.steps} steps"
+            )
+        self.used = used
+        self.plan.global_step += used
+        self.reused = reused
+        self.stopped_early = stopped_early
+        if self.stage.policy and self.policy is not None:
+            self.plan.evaluate(self.policy)
+
     def stop_early(self, reason: str) -> None:
         """End the stage before its budget (a documented stopping rule); recorded per run."""
         self.stopped_early = reason
@@ -77,6 +93,8 @@ class StagePlan:
     evaluate: Callable[[Any], Any]
     global_step: int = 0
     budgets: dict[str, StageBudget] = field(default_factory=dict)
+    cache: Any = None
+    """A ``ssilbench.train.memo.StageCache`` where trained stages may be reused."""
 
     def stage(self, name: str, policy: Any = None) -> StageBudget:
         """Open the named stage; ``policy`` is evaluated periodically if it is a policy stage."""
@@ -105,4 +123,6 @@ class StagePlan:
                     f"stage '{stage.name}' spent {used} of its {stage.steps} steps"
                 )
             report[stage.name] = {"declared": stage.steps, "used": used, "stopped_early": early}
+            if budget is not None and budget.reused:
+                report[stage.name]["reused"] = budget.reused
         return report

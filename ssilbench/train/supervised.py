@@ -16,6 +16,7 @@ from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.data.tensors import as_model_input, pair, pair_shape
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
+from ssilbench.train.memo import reusable, stage_key
 
 
 def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -54,10 +55,19 @@ def fit_classifier(
     def accuracy() -> float:
         return float((net(inputs).argmax(-1) == wanted).float().mean())
 
-    return optimise(
+    cache = reusable(budget)
+    if cache is not None:
+        key = stage_key(cache, "classifier", net, inputs, targets, budget, lr=lr,
+                        batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+        if cache.restore(key, net, budget):
+            return float("nan")
+    last = optimise(
         net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
         rule=rule, accuracy_fn=accuracy,
     )  # fmt: skip
+    if cache is not None:
+        cache.save(key, net, budget)
+    return last
 
 
 def fit_regressor(
@@ -76,10 +86,19 @@ def fit_regressor(
     def loss(rows):
         return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
 
-    return optimise(
+    cache = reusable(budget)
+    if cache is not None:
+        key = stage_key(cache, "regressor", net, inputs, targets, budget, lr=lr,
+                        batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+        if cache.restore(key, net, budget):
+            return float("nan")
+    last = optimise(
         net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
         rule=rule,
     )  # fmt: skip
+    if cache is not None:
+        cache.save(key, net, budget)
+    return last
 
 
 @torch.no_grad()
