@@ -146,6 +146,11 @@ def list_cmd(state: State, as_json: bool) -> None:
     help="A sweep file (TOML) instead of --method/--env/--budgets/--seeds.",
 )
 @click.option("--quick", is_flag=True, help="With --sweep: the file's CI-sized [quick] variant.")
+@click.option(
+    "--blocks",
+    default=None,
+    help="With --sweep: only the blocks with these names or panels (comma-separated).",
+)
 @click.option("--method", "methods", default=None, help="Comma-separated method names.")
 @click.option("--env", "envs", default=None, help="Comma-separated ids: family:task or family:all.")
 @click.option(
@@ -223,6 +228,7 @@ def run(
     state: State,
     sweep_file,
     quick,
+    blocks,
     methods,
     envs,
     budgets,
@@ -265,15 +271,17 @@ def run(
                 f"--sweep takes methods, environments and budgets from the file; drop "
                 f"{', '.join(given)}."
             )
-        from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+        from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks, select_blocks
 
         results_dir = ensure_writable(Path(results))
-        plan, sweeps = plan_blocks(
-            state.plugins, load_sweep_file(Path(sweep_file)), Path(sweep_file), data_root, quick
-        )
+        chosen = select_blocks(
+            load_sweep_file(Path(sweep_file)), Path(sweep_file),
+            _csv(blocks, "block", "--blocks positions") if blocks is not None else [],
+        )  # fmt: skip
+        plan, sweeps = plan_blocks(state.plugins, chosen, Path(sweep_file), data_root, quick)
     else:
-        if quick:
-            raise UsageError("--quick needs --sweep FILE.")
+        if quick or blocks is not None:
+            raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
         missing = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets))
                    if not v]  # fmt: skip
         if missing:

@@ -171,3 +171,23 @@ def test_sweep_cli_errors_exit_2(tmp_path, capsys):
     assert code == 2 and "--quick needs --sweep" in err
     code, err = _cli(capsys, "plot", "--sweep", str(good), *common)
     assert code == 2 and "No results store" in err
+
+
+def test_blocks_selects_blocks_by_name_or_panel(tmp_path, capsys):
+    two = GOOD.replace('panel = "positions"', 'panel = "positions"\nname = "first"', 1).replace(
+        "[labels]",
+        '[[block]]\npanel = "other"\nmethods = ["bc"]\nenvs = ["maze:10x10"]\n'
+        'options = { data = "states" }\nbudgets = [1.0]\nseeds = [0]\nsteps = 40\n\n[labels]',
+    )
+    path = write(tmp_path, two)
+    common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--blocks", "other", "-q", *common)
+    assert code == 0 and "1 run(s) done" in err, err
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--blocks", "first,other", "-q",
+                     "--quick", *common)  # fmt: skip
+    assert code == 0 and "4 run(s) done, 1 already recorded" in err, err
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--blocks", "frist", *common)
+    assert code == 2 and "no block named 'frist'" in err and "first, other, positions" in err
+    code, err = _cli(capsys, "run", "--blocks", "first", "--method", "bc", "--env",
+                     "maze:10x10", "--budgets", "16", *common)  # fmt: skip
+    assert code == 2 and "--blocks needs --sweep" in err

@@ -58,6 +58,7 @@ class Block(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     panel: str = Field("", description="Figure panel this block's runs are drawn in.")
+    name: str = Field("", description="Selects the block with `ssilbench run --blocks NAME`.")
     methods: list[str] = Field(min_length=1)
     envs: list[str] = Field(min_length=1)
     budgets: list[Scalar] = Field(min_length=1)
@@ -203,12 +204,28 @@ def load_sweep_file(path: Path) -> SweepFile:
                 problems.append(f"'{where}': {message}")
         allowed = (
             "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
-            "[[block]]: panel, methods, envs, budgets, seeds, options, config, steps, eval_every, "
-            "stop_early, rollouts, quick"
+            "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
+            "eval_every, stop_early, rollouts, quick"
         )
         raise UsageError(
             f"Sweep file {path}: " + "; ".join(problems) + f". Allowed keys — {allowed}."
         ) from None
+
+
+def select_blocks(sweep_file: SweepFile, path: Path, names: list[str]) -> SweepFile:
+    """The file with only the blocks named (``name`` or ``panel``); every name must exist."""
+    if not names:
+        return sweep_file
+    known = sorted({b.name for b in sweep_file.block if b.name}
+                   | {b.panel for b in sweep_file.block if b.panel})  # fmt: skip
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(
+            f"Sweep file {path} has no block named {', '.join(map(repr, unknown))}; "
+            f"--blocks takes block names or panels: {', '.join(known) or '(none named)'}."
+        )
+    kept = [b for b in sweep_file.block if b.name in names or b.panel in names]
+    return sweep_file.model_copy(update={"block": kept})
 
 
 def plan_blocks(plugins, sweep_file: SweepFile, path: Path, data_root: Path, quick: bool):
