@@ -392,7 +392,11 @@ def _run_with_progress(
 
 @cli.command()
 @click.option(
-    "--export", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True
+    "--export",
+    "fmt",
+    type=click.Choice(["md", "csv", "json", "tex"]),
+    default="md",
+    show_default=True,
 )
 @click.option(
     "--out", type=click.Path(dir_okay=False), default=None, help="Write to FILE instead of stdout."

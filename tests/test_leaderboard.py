@@ -162,16 +162,17 @@ def test_best_per_column(table):
 def test_markdown(table):
     md = to_markdown(table)
     assert "## maze:10x10" in md and "## maze:20x20" in md
-    assert "| method | N_L=16 | N_L=64 | N_L=0.5 | N_L=all |" in md
+    assert "| method | N_L=16 | N_L=64 | N_L=0.5 | N_L=all | AUC |" in md
     assert "Normalised score: success rate" in md
     assert "rollout success" in md
-    (vm_row,) = [line for line in md.splitlines() if line.startswith("| vm_idm |")]
+    vm_row = [line for line in md.splitlines() if line.startswith("| vm_idm |")][0]
     cells = [c.strip() for c in vm_row.strip("|").split("|")]
     assert cells[0] == "vm_idm"
     assert cells[1] == "**0.600 ± 0.248 (n=3)**"
     assert cells[2] == "0.300 (n=1)"
     assert cells[3] == "–"  # no vm_idm run at N_L=0.5
     assert cells[4] == "**1.000 ± 0.000 (n=3)**"
+    assert cells[5] == "–"  # the records do not say how many transitions were labeled
     bc_row = [line for line in md.splitlines() if line.startswith("| bc |")][0]  # maze:10x10
     assert "| 0.400 ± 0.497 (n=3) |" in bc_row  # not bold: vm_idm is better at 16
 
@@ -186,7 +187,7 @@ def test_markdown_of_an_empty_table():
 
 
 def test_csv_parses_back(table):
-    rows = list(csv.DictReader(io.StringIO(to_csv(table))))
+    rows = [r for r in csv.DictReader(io.StringIO(to_csv(table))) if r["kind"] == "task"]
     assert len(rows) == len(SCORES)  # one row per non-missing cell
     by_key = {(r["env"], r["method"], r["budget"]): r for r in rows}
     assert set(by_key) == set(SCORES)
@@ -270,3 +271,51 @@ def test_mixed_reports_and_normalisers_are_listed():
     assert t.normalisers == [NORM, other]
     md = to_markdown(build_table(recs))
     assert "Normalised score: return, (R − -1) / (10 − -1)" in md
+
+
+# --- suites, sample efficiency and LaTeX -----------------------------------------------------
+
+
+def test_environments_of_one_family_and_options_form_a_suite(table):
+    from ssilbench.leaderboard.table import suite_of
+
+    assert suite_of("maze:10x10 (state=image)") == ("maze:all (state=image)", "10x10")
+    [suite] = table.suites
+    assert suite.suite == "maze:all" and suite.tasks == ["10x10", "20x20"]
+    # Only bc at N_L=16 exists on both tasks: runs 0.2, 0.4, 0.6 and 0.1 pooled, one cut
+    # from each end, IQM = mean(0.2, 0.4).
+    assert list(suite.iqm) == ["bc"] and list(suite.iqm["bc"]) == ["16"]
+    assert suite.iqm["bc"]["16"].value == pytest.approx(0.3)
+    assert suite.optimality_gap["bc"]["16"].value == pytest.approx((0.8 + 0.6 + 0.4 + 0.9) / 4)
+    assert suite.runs["bc"]["16"] == 4
+    md = to_markdown(table)
+    assert "## maze:all — 2 tasks (10x10, 20x20)" in md and "0.300 [" in md
+    rows = [r for r in csv.DictReader(io.StringIO(to_csv(table))) if r["kind"] == "suite"]
+    assert {(r["statistic"], r["env"], r["method"], r["budget"]) for r in rows} == {
+        ("iqm", "maze:all", "bc", "16"), ("optimality_gap", "maze:all", "bc", "16")}  # fmt: skip
+    assert json.loads(to_json(table))["suites"][0]["iqm"]["bc"]["16"]["value"] == pytest.approx(0.3)
+
+
+def test_sample_efficiency_is_the_mean_score_on_a_log_budget_scale():
+    rows = [
+        {**record("maze:10x10", "bc", b, v), "n_labeled": n}
+        for b, v, n in (("16", 0.2, 16), ("64", 0.6, 64), ("256", 1.0, 256))
+    ]
+    t = build_table(rows).tables[0]
+    # log-spaced budgets, equal widths: trapezoids (0.2+0.6)/2 and (0.6+1.0)/2 averaged.
+    assert t.efficiency["bc"] == pytest.approx(0.6)
+    assert "| **0.600** |" in to_markdown(build_table(rows))
+
+
+def test_latex_export_is_booktabs_escaped_and_bolds_the_best(table):
+    from ssilbench.leaderboard.render import to_tex
+
+    tex = render(table, "tex")
+    assert tex == to_tex(table)
+    assert tex.count(r"\begin{tabular}") == 3  # two environments and the suite
+    assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
+    assert r"\textbf{0.600} $\pm$ 0.248" in tex  # vm_idm at 16 on maze:10x10
+    nasty = build_table([record("maze:10x10", "<script>_&%$#{}~^\\", "16", 0.5)])
+    body = render(nasty, "tex")
+    assert "<script>" not in body
+    assert r"\textless{}script\textgreater{}\_\&\%\$\#\{\}" in body

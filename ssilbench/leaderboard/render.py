@@ -1,4 +1,4 @@
-"""Renderers of the table model: Markdown, CSV and JSON."""
+"""Renderers of the table model: Markdown, CSV, JSON and LaTeX (booktabs)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,17 @@ import csv
 import io
 import json
 
-from ssilbench.leaderboard.table import Cell, EnvTable, Table
+from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
+from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
 
-FORMATS = ("md", "csv", "json")
+FORMATS = ("md", "csv", "json", "tex")
+
+SUITE_NOTE = (
+    f"IQM: interquartile mean over every run of every task; optimality gap: mean shortfall "
+    f"below 1. Intervals: 95% stratified bootstrap ({BOOTSTRAP_REPS} resamples of the runs "
+    f"within each task, seed {BOOTSTRAP_SEED}). AUC: mean IQM over the budgets on a log N_L "
+    f"scale."
+)
 
 
 def _fmt_cell(cell: Cell | None) -> str:
@@ -17,6 +25,21 @@ def _fmt_cell(cell: Cell | None) -> str:
     text = f"{cell.mean:.3f}" + (f" ± {cell.ci95:.3f}" if cell.ci95 is not None else "")
     text += f" (n={cell.n})"
     return f"**{text}**" if cell.best else text
+
+
+def _fmt_interval(iv: Interval | None) -> str:
+    return "–" if iv is None else f"{iv.value:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
+
+
+def _fmt_auc(value: float | None, best: bool = False) -> str:
+    if value is None:
+        return "–"
+    return f"**{value:.3f}**" if best else f"{value:.3f}"
+
+
+def _best(values: dict[str, float | None]) -> float | None:
+    known = [v for v in values.values() if v is not None]
+    return max(known) if known else None
 
 
 def _budget_header(budget: str) -> str:
@@ -36,9 +59,14 @@ def _footnote(table: EnvTable) -> str:
     else:
         lines.append(f"Metric: {table.metric} (not normalised).")
     lines.append(
-        f"Cells: mean over seeds ± 95% t-interval (n = seeds), {what}; best per column in bold."
+        f"Cells: mean over seeds ± 95% t-interval (n = seeds), {what}; best per column in bold. "
+        "AUC: mean score over the budgets on a log N_L scale."
     )
     return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def to_markdown(table: Table) -> str:
@@ -46,43 +74,76 @@ def to_markdown(table: Table) -> str:
         return "No finished runs in this results store.\n"
     parts = ["# ssilbench leaderboard\n"]
     for t in table.tables:
-        header = ["method", *(_budget_header(b) for b in t.budgets)]
+        header = ["method", *(_budget_header(b) for b in t.budgets), "AUC"]
         parts.append(f"## {t.env}\n")
         parts.append("| " + " | ".join(header) + " |")
-        parts.append("|" + "|".join(["---"] + ["---:"] * len(t.budgets)) + "|")
+        parts.append("|" + "|".join(["---"] + ["---:"] * (len(t.budgets) + 1)) + "|")
+        top = _best(t.efficiency)
         for method in t.methods:
-            row = [method.replace("|", "\\|"), *(_fmt_cell(t.cell(method, b)) for b in t.budgets)]
+            auc = t.efficiency.get(method)
+            row = [_md_escape(method), *(_fmt_cell(t.cell(method, b)) for b in t.budgets),
+                   _fmt_auc(auc, auc is not None and auc == top)]  # fmt: skip
             parts.append("| " + " | ".join(row) + " |")
         parts.append("\n" + _footnote(t) + "\n")
+    for s in table.suites:
+        parts.append(_suite_markdown(s))
     return "\n".join(parts)
+
+
+def _suite_markdown(s: SuiteTable) -> str:
+    lines = [f"## {s.suite} — {len(s.tasks)} tasks ({', '.join(s.tasks)})\n"]
+    for title, values in (("IQM", s.iqm), ("Optimality gap", s.optimality_gap)):
+        auc = title == "IQM"
+        header = ["method", *(_budget_header(b) for b in s.budgets), *(["AUC"] * auc)]
+        lines.append(f"**{title}** ({s.metric})\n")
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
+        top = _best(s.efficiency)
+        for method in s.methods:
+            row = [_md_escape(method),
+                   *(_fmt_interval(values.get(method, {}).get(b)) for b in s.budgets)]  # fmt: skip
+            if auc:
+                value = s.efficiency.get(method)
+                row.append(_fmt_auc(value, value is not None and value == top))
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+    lines.append(SUITE_NOTE + "\n")
+    return "\n".join(lines)
 
 
 def to_csv(table: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
-        ["env", "method", "budget", "metric", "mean", "ci95", "n", "best", "normaliser"]
-    )
+        ["kind", "env", "method", "budget", "metric", "statistic", "mean", "ci95", "low",
+         "high", "n", "best", "auc", "normaliser"]
+    )  # fmt: skip
     for t in table.tables:
         norm = "; ".join(n["name"] for n in t.normalisers)
         for method in t.methods:
+            auc = t.efficiency.get(method)
             for budget in t.budgets:
                 cell = t.cell(method, budget)
                 if cell is None:
                     continue
+                ci = cell.ci95
                 writer.writerow(
-                    [
-                        t.env,
-                        method,
-                        budget,
-                        t.metric,
-                        f"{cell.mean:.6g}",
-                        "" if cell.ci95 is None else f"{cell.ci95:.6g}",
-                        cell.n,
-                        int(cell.best),
-                        norm,
-                    ]
-                )
+                    ["task", t.env, method, budget, t.metric, "mean", f"{cell.mean:.6g}",
+                     "" if ci is None else f"{ci:.6g}",
+                     "" if ci is None else f"{cell.mean - ci:.6g}",
+                     "" if ci is None else f"{cell.mean + ci:.6g}",
+                     cell.n, int(cell.best), "" if auc is None else f"{auc:.6g}", norm]
+                )  # fmt: skip
+    for s in table.suites:
+        for statistic, values in (("iqm", s.iqm), ("optimality_gap", s.optimality_gap)):
+            for method in s.methods:
+                auc = s.efficiency.get(method) if statistic == "iqm" else None
+                for budget, iv in values.get(method, {}).items():
+                    writer.writerow(
+                        ["suite", s.suite, method, budget, s.metric, statistic,
+                         f"{iv.value:.6g}", "", f"{iv.low:.6g}", f"{iv.high:.6g}",
+                         s.runs[method][budget], "", "" if auc is None else f"{auc:.6g}", ""]
+                    )  # fmt: skip
     return out.getvalue()
 
 
@@ -90,5 +151,85 @@ def to_json(table: Table) -> str:
     return json.dumps(table.to_dict(), indent=2) + "\n"
 
 
+_TEX_SPECIALS = {
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+    "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}",
+}  # fmt: skip
+
+
+def tex_escape(text: str) -> str:
+    """Plain text safe inside a LaTeX table cell (plugin names may contain anything)."""
+    return "".join(_TEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def _tex_table(caption: str, header: list[str], rows: list[list[str]]) -> str:
+    spec = "l" + "r" * (len(header) - 1)
+    lines = [
+        r"\begin{table}[t]",
+        r"\centering",
+        rf"\caption{{{caption}}}",
+        rf"\begin{{tabular}}{{{spec}}}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+        *(" & ".join(r) + r" \\" for r in rows),
+        r"\bottomrule",
+        r"\end{tabular}",
+        r"\end{table}",
+    ]
+    return "\n".join(lines)
+
+
+def to_tex(table: Table) -> str:
+    """One booktabs table per environment and per suite; best per column in bold."""
+    if not table.tables:
+        return "% No finished runs in this results store.\n"
+    parts = ["% ssilbench leaderboard; needs \\usepackage{booktabs}"]
+    for t in table.tables:
+        header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in t.budgets), "AUC"]
+        top = _best(t.efficiency)
+        rows = []
+        for method in t.methods:
+            row = [tex_escape(method)]
+            for b in t.budgets:
+                c = t.cell(method, b)
+                if c is None:
+                    row.append("--")
+                    continue
+                text = f"{c.mean:.3f}"
+                text = rf"\textbf{{{text}}}" if c.best else text
+                row.append(text + (f" $\\pm$ {c.ci95:.3f}" if c.ci95 is not None else ""))
+            auc = t.efficiency.get(method)
+            row.append("--" if auc is None else
+                       (rf"\textbf{{{auc:.3f}}}" if auc == top else f"{auc:.3f}"))  # fmt: skip
+            rows.append(row)
+        what = "normalised score" if t.metric == "score" else tex_escape(t.metric)
+        caption = (f"{tex_escape(t.env)}: {what}, mean $\\pm$ 95\\% t-interval over seeds; "
+                   "best per column in bold.")  # fmt: skip
+        parts.append(_tex_table(caption, header, rows))
+    for s in table.suites:
+        header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in s.budgets)]
+        rows = []
+        for method in s.methods:
+            cells = s.iqm.get(method, {})
+            best = {b: max((s.iqm[m][b].value for m in s.methods if b in s.iqm.get(m, {})),
+                           default=None) for b in s.budgets}  # fmt: skip
+            row = [tex_escape(method)]
+            for b in s.budgets:
+                iv = cells.get(b)
+                if iv is None:
+                    row.append("--")
+                    continue
+                value = f"{iv.value:.3f}"
+                value = rf"\textbf{{{value}}}" if iv.value == best[b] else value
+                row.append(f"{value} [{iv.low:.3f}, {iv.high:.3f}]")
+            rows.append(row)
+        caption = (f"{tex_escape(s.suite)} ({len(s.tasks)} tasks): IQM with 95\\% stratified "
+                   "bootstrap intervals; best per column in bold.")  # fmt: skip
+        parts.append(_tex_table(caption, header, rows))
+    return "\n\n".join(parts) + "\n"
+
+
 def render(table: Table, fmt: str) -> str:
-    return {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt](table)
+    return {"md": to_markdown, "csv": to_csv, "json": to_json, "tex": to_tex}[fmt](table)

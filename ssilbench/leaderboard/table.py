@@ -2,7 +2,13 @@
 
 One table per environment label; rows are method labels, columns are label budgets N_L,
 cells are the mean over seeds with a 95% interval and the seed count. The best mean per
-column is marked. Each table names the normaliser its scores went through.
+column is marked. Each table names the normaliser its scores went through, and gives each
+method's sample efficiency (mean score over the budgets on a log scale).
+
+Environments of one family run with the same options form a **suite** (``maze:all``,
+``procgen:all (distribution=easy)``): per method and budget, the interquartile mean (IQM)
+and the optimality gap over every run of every task, with stratified-bootstrap 95%
+intervals (``ssilbench.leaderboard.aggregate``).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ssilbench.data.split import budget_sort_key
+from ssilbench.leaderboard.aggregate import Interval, bootstrap, sample_efficiency
 from ssilbench.leaderboard.stats import mean_ci95
 
 
@@ -33,17 +40,36 @@ class EnvTable:
     budgets: list[str]
     methods: list[str]
     cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # method -> budget -> cell
+    efficiency: dict[str, float | None] = field(default_factory=dict)  # method -> AUC
+    n_labeled: dict[str, float] = field(default_factory=dict)  # budget -> mean |D_L|
 
     def cell(self, method: str, budget: str) -> Cell | None:
         return self.cells.get(method, {}).get(budget)
 
 
 @dataclass
+class SuiteTable:
+    suite: str
+    metric: str
+    tasks: list[str]
+    budgets: list[str]
+    methods: list[str]
+    iqm: dict[str, dict[str, Interval]] = field(default_factory=dict)  # method -> budget
+    optimality_gap: dict[str, dict[str, Interval]] = field(default_factory=dict)
+    runs: dict[str, dict[str, int]] = field(default_factory=dict)
+    efficiency: dict[str, float | None] = field(default_factory=dict)
+
+
+@dataclass
 class Table:
     tables: list[EnvTable]
+    suites: list[SuiteTable] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tables": [asdict(t) for t in self.tables]}
+        return {
+            "tables": [asdict(t) for t in self.tables],
+            "suites": [asdict(s) for s in self.suites],
+        }
 
 
 def _value(record: dict[str, Any], metric: str) -> float | None:
@@ -81,12 +107,15 @@ def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Tab
         lambda: defaultdict(lambda: defaultdict(list))
     )
     meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
+    sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     for record in records:
         value = _value(record, metric)
         if value is None:
             continue
         env = record["env_label"]
         values[env][record["method_label"]][record["budget"]].append(float(value))
+        if record.get("n_labeled"):
+            sizes[env][record["budget"]].append(int(record["n_labeled"]))
         info = meta[env]
         if record.get("normaliser") and record["normaliser"] not in info["normalisers"]:
             info["normalisers"].append(record["normaliser"])
@@ -103,15 +132,56 @@ def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Tab
             normalisers=meta[env]["normalisers"] if metric == "score" else [],
             budgets=budgets,
             methods=sorted(by_method),
+            n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
                 mean, ci = mean_ci95(samples)
                 table.cells.setdefault(method, {})[budget] = Cell(mean, ci, len(samples))
+            table.efficiency[method] = sample_efficiency(
+                [(table.n_labeled.get(b, 0), table.cells[method][b].mean) for b in by_budget]
+            )
         for budget in budgets:
             column = [c for m in table.methods if (c := table.cell(m, budget))]
             top = max(c.mean for c in column)
             for c in column:
                 c.best = abs(c.mean - top) <= 1e-12
         tables.append(table)
-    return Table(tables)
+    return Table(tables, _suites(tables, values, metric))
+
+
+def suite_of(env_label: str) -> tuple[str, str]:
+    """(suite name, task) of an environment label: 'maze:10x10 (state=image)' is the task
+    '10x10' of the suite 'maze:all (state=image)'."""
+    head, _, options = env_label.partition(" ")
+    family, _, task = head.partition(":")
+    return f"{family}:all" + (f" {options}" if options else ""), task
+
+
+def _suites(tables: list[EnvTable], values, metric: str) -> list[SuiteTable]:
+    members: dict[str, list[EnvTable]] = defaultdict(list)
+    for t in tables:
+        members[suite_of(t.env)[0]].append(t)
+    out = []
+    for name, envs in sorted(members.items()):
+        if len(envs) < 2:
+            continue
+        methods = sorted({m for t in envs for m in t.methods})
+        budgets = sorted({b for t in envs for b in t.budgets}, key=budget_sort_key)
+        suite = SuiteTable(name, metric, [suite_of(t.env)[1] for t in envs], budgets, methods)
+        for method in methods:
+            curve = []
+            for budget in budgets:
+                scores = [values[t.env].get(method, {}).get(budget) for t in envs]
+                if not all(scores):  # the suite needs every task at this budget
+                    continue
+                suite.iqm.setdefault(method, {})[budget] = bootstrap("iqm", scores)
+                suite.optimality_gap.setdefault(method, {})[budget] = bootstrap(
+                    "optimality_gap", scores
+                )
+                suite.runs.setdefault(method, {})[budget] = sum(len(s) for s in scores)
+                sizes = [t.n_labeled.get(budget, 0) for t in envs]
+                curve.append((sum(sizes) / len(sizes), suite.iqm[method][budget].value))
+            suite.efficiency[method] = sample_efficiency(curve)
+        out.append(suite)
+    return out
