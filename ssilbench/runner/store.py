@@ -57,6 +57,11 @@ CREATE INDEX IF NOT EXISTS runs_by_env ON runs (env_label, method_label, budget)
 """
 
 STATUSES = ("running", "done", "failed", "interrupted")
+JSON_COLUMNS = ("spec", "normaliser", "timeline", "metrics", "stages", "versions")
+COLUMNS = ("run_id", "spec", "method", "method_label", "env", "env_label", "budget", "seed",
+           "status", "attempts", "started_at", "finished_at", "wall_time", "n_labeled", "score",
+           "final_score", "max_score", "report", "normaliser", "timeline", "metrics", "stages",
+           "versions", "device", "host", "pid", "error")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -241,11 +246,30 @@ class ResultsStore:
         out = []
         for row in cursor:
             record = dict(row)
-            for key in ("spec", "normaliser", "timeline", "metrics", "stages", "versions"):
+            for key in JSON_COLUMNS:
                 if record.get(key):
                     record[key] = json.loads(record[key])
             out.append(record)
         return out
+
+    def put_rows(self, records: list[dict[str, Any]]) -> None:
+        """Insert or replace whole run records (as ``rows`` returns them), in one transaction."""
+        if not records:
+            return
+        placeholders = ", ".join("?" for _ in COLUMNS)
+        values = [
+            tuple(
+                json.dumps(r.get(c), sort_keys=True)
+                if c in JSON_COLUMNS and r.get(c) is not None else r.get(c)
+                for c in COLUMNS
+            )
+            for r in records
+        ]  # fmt: skip
+        with self.transaction() as db:
+            db.executemany(
+                f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
+                values,
+            )
 
 
 def _alive(pid: int | None) -> bool:

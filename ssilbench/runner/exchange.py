@@ -1,0 +1,159 @@
+"""Moving results between machines: a results store as JSON Lines, and merging such files.
+
+The file's first line is a header (``format``, ``version``, the exporting ssilbench); every
+other line is one run with every column of the store. A run id is the hash of its resolved
+spec, so the same run exported from two stores has the same id: merging keeps one copy, and
+two finished copies that disagree are reported as conflicts (the copy already in the store
+stays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+import ssilbench
+from ssilbench.errors import UsageError
+from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.store import STATUSES, ResultsStore
+
+FORMAT = "ssilbench-results"
+VERSION = 1
+REQUIRED = ("run_id", "spec", "method", "method_label", "env", "env_label", "budget", "seed",
+            "status")  # fmt: skip
+# What makes two finished copies of a run the same result (provenance such as host, pid and
+# times may differ between machines).
+RESULT_COLUMNS = ("spec", "n_labeled", "score", "final_score", "max_score", "metrics",
+                  "timeline", "stages")  # fmt: skip
+
+
+def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",)) -> int:
+    """Write the runs with these statuses to ``out`` (atomically); returns how many."""
+    rows = [r for r in store.rows(None) if r["status"] in statuses]
+    header = {"format": FORMAT, "version": VERSION, "ssilbench": ssilbench.__version__,
+              "exported_at": time.time(), "runs": len(rows)}  # fmt: skip
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(json.dumps(header) + "\n")
+            for row in rows:
+                f.write(json.dumps(row, sort_keys=True) + "\n")
+        os.replace(tmp, out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UsageError(
+            f"Cannot write {out}: {exc.strerror}. Choose another --out path."
+        ) from None
+    return len(rows)
+
+
+def read_export(path: Path) -> list[dict[str, Any]]:
+    """Every run of an exported file, checked; a problem names the file and the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read {path}: {exc}.") from None
+    if not lines:
+        raise UsageError(f"{path} is empty; expected a file written by 'ssilbench results export'.")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise UsageError(
+            f"{path}, line 1: not an ssilbench results export (no '{FORMAT}' header); write one "
+            "with 'ssilbench results export'."
+        )
+    version = header.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise UsageError(
+            f"{path} was written by ssilbench {header.get('ssilbench', '?')} in results format "
+            f"version {version}; this ssilbench ({ssilbench.__version__}) reads up to version "
+            f"{VERSION}. Upgrade ssilbench to merge it."
+        )
+    runs = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}, line {number}: not valid JSON ({exc.msg}).") from None
+        missing = [k for k in REQUIRED if not isinstance(row, dict) or row.get(k) is None]
+        if missing:
+            raise UsageError(f"{path}, line {number}: a run without {', '.join(missing)}.")
+        try:
+            spec_id = RunSpec.model_validate(row["spec"]).run_id
+        except (ValidationError, TypeError):
+            spec_id = None
+        if spec_id != row["run_id"]:
+            raise UsageError(
+                f"{path}, line {number}: run {str(row['run_id'])[:12]} does not match its spec "
+                "(edited by hand, or from an incompatible ssilbench); export it again."
+            )
+        if row["status"] not in STATUSES:
+            raise UsageError(
+                f"{path}, line {number}: unknown status {row['status']!r} (one of "
+                f"{', '.join(STATUSES)})."
+            )
+        runs.append(row)
+    return runs
+
+
+@dataclass
+class MergeReport:
+    added: int = 0
+    replaced: int = 0  # a finished copy took the place of an unfinished one
+    identical: int = 0
+    kept: int = 0  # the store's copy was finished and the incoming one was not
+    conflicts: list[str] = field(default_factory=list)
+
+
+def _same_result(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(
+        json.dumps(a.get(k), sort_keys=True) == json.dumps(b.get(k), sort_keys=True)
+        for k in RESULT_COLUMNS
+    )
+
+
+def merge_results(store: ResultsStore, runs: list[dict[str, Any]], source: str) -> MergeReport:
+    """Merge runs into the store in one transaction (all or nothing)."""
+    report = MergeReport()
+    existing = {r["run_id"]: r for r in store.rows(None)}
+    writes = []
+    for run in runs:
+        mine = existing.get(run["run_id"])
+        if mine is None:
+            report.added += 1
+        elif mine["status"] == "done" and run["status"] == "done":
+            if _same_result(mine, run):
+                report.identical += 1
+            else:
+                report.conflicts.append(
+                    f"{run['method_label']} on {run['env_label']}, N_L={run['budget']}, seed "
+                    f"{run['seed']} (run {run['run_id'][:12]}): score {mine.get('score')} here, "
+                    f"{run.get('score')} in {source}"
+                )
+            continue
+        elif mine["status"] == "done":
+            report.kept += 1
+            continue
+        else:
+            report.replaced += 1
+        writes.append(run)
+        existing[run["run_id"]] = run
+    store.put_rows(writes)
+    return report

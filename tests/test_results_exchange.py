@@ -1,0 +1,91 @@
+"""`ssilbench results export|merge`: moving runs between stores without loss or duplicates."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from conftest import TINY
+
+
+@pytest.fixture
+def exported(cli):
+    out = cli.run("--method", "bc,vm_idm", "--env", "maze:10x10", "--budgets", "16",
+                  "--seeds", "0,1", *TINY)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    path = cli.tmp / "runs.jsonl"
+    done = cli("results", "export", "--results", str(cli.results), "--out", str(path))
+    assert done.returncode == 0 and "wrote 4 run(s)" in done.stderr, done.stderr
+    return path
+
+
+def rows(directory):
+    with sqlite3.connect(directory / "results.sqlite") as db:
+        found = db.execute("SELECT run_id, status, score, metrics FROM runs ORDER BY run_id")
+        return [(i, s, score, json.loads(m or "null")) for i, s, score, m in found]
+
+
+def test_export_then_merge_reproduces_the_store_and_its_leaderboard(cli, exported):
+    other = cli.tmp / "other"
+    merged = cli("results", "merge", str(exported), "--results", str(other))
+    assert merged.returncode == 0 and "4 added" in merged.stderr, merged.stderr
+    assert rows(other) == rows(cli.results)
+    board = [cli("leaderboard", "--results", str(d)).stdout for d in (cli.results, other)]
+    assert board[0] == board[1] and "| bc |" in board[0]
+    again = cli("results", "merge", str(exported), str(exported), "--results", str(other))
+    assert again.returncode == 0 and again.stderr.count("4 already here") == 2
+    assert len(rows(other)) == 4
+
+
+def test_a_conflicting_copy_is_reported_and_the_stores_copy_kept(cli, exported):
+    lines = exported.read_text().splitlines()
+    run = json.loads(lines[1])
+    run["score"] = -1.0
+    edited = cli.tmp / "edited.jsonl"
+    edited.write_text("\n".join([lines[0], json.dumps(run)]) + "\n")
+    out = cli("results", "merge", str(edited), "--results", str(cli.results))
+    assert out.returncode == 0 and "1 conflict(s)" in out.stderr
+    assert f"run {run['run_id'][:12]}" in out.stderr and "-1.0 in" in out.stderr
+    assert -1.0 not in [score for _, _, score, _ in rows(cli.results)]
+
+
+def test_a_finished_copy_replaces_a_failed_one(cli, exported):
+    with sqlite3.connect(cli.results / "results.sqlite") as db:
+        db.execute("UPDATE runs SET status = 'failed', score = NULL WHERE rowid = 1")
+    out = cli("results", "merge", str(exported), "--results", str(cli.results))
+    assert out.returncode == 0 and "1 replaced" in out.stderr and "3 already here" in out.stderr
+    assert all(status == "done" for _, status, _, _ in rows(cli.results))
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda ls: ['{"format": "ssilbench-results", "version": 99, "ssilbench": "9.0"}', *ls[1:]],
+         "reads up to version 1. Upgrade ssilbench"),
+        (lambda ls: ls[1:], "line 1: not an ssilbench results export"),
+        (lambda ls: [*ls, "{not json"], "line 6: not valid JSON"),
+        (lambda ls: [*ls, '{"run_id": "x"}'], "line 6: a run without spec"),
+        (lambda ls: [ls[0], ls[1].replace('"run_id": "', '"run_id": "0')],
+         "does not match its spec"),
+        (lambda ls: [], "is empty"),
+    ],
+)  # fmt: skip
+def test_bad_files_are_refused_with_exit_2_and_nothing_written(cli, exported, edit, message):
+    bad = cli.tmp / "bad.jsonl"
+    bad.write_text("\n".join(edit(exported.read_text().splitlines())))
+    target = cli.tmp / "target"
+    # A good file given first is not half-merged: every file is checked before any write.
+    out = cli("results", "merge", str(exported), str(bad), "--results", str(target))
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert str(bad) in out.stderr
+    assert not (target / "results.sqlite").exists()
+
+
+def test_export_errors_exit_2(cli, exported, tmp_path):
+    missing = cli("results", "export", "--results", str(tmp_path / "none"), "--out", "x.jsonl")
+    assert missing.returncode == 2 and "No results store" in missing.stderr
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    out = cli("results", "export", "--results", str(cli.results), "--out", str(blocked / "x"))
+    assert out.returncode == 2 and "Cannot write" in out.stderr
