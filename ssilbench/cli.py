@@ -394,7 +394,7 @@ def _run_with_progress(
 @click.option(
     "--export",
     "fmt",
-    type=click.Choice(["md", "csv", "json", "tex"]),
+    type=click.Choice(["md", "csv", "json", "tex", "html"]),
     default="md",
     show_default=True,
 )

@@ -9,7 +9,7 @@ import json
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
 from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
 
-FORMATS = ("md", "csv", "json", "tex")
+FORMATS = ("md", "csv", "json", "tex", "html")
 
 SUITE_NOTE = (
     f"IQM: interquartile mean over every run of every task; optimality gap: mean shortfall "
@@ -232,4 +232,7 @@ def to_tex(table: Table) -> str:
 
 
 def render(table: Table, fmt: str) -> str:
-    return {"md": to_markdown, "csv": to_csv, "json": to_json, "tex": to_tex}[fmt](table)
+    from ssilbench.leaderboard.html import to_html
+
+    renderers = {"md": to_markdown, "csv": to_csv, "json": to_json, "tex": to_tex, "html": to_html}
+    return renderers[fmt](table)

@@ -29,6 +29,7 @@ class Cell:
     ci95: float | None
     n: int
     best: bool = False
+    provenance: list[str] = field(default_factory=list)  # versions, commit and device of runs
 
 
 @dataclass
@@ -58,6 +59,7 @@ class SuiteTable:
     optimality_gap: dict[str, dict[str, Interval]] = field(default_factory=dict)
     runs: dict[str, dict[str, int]] = field(default_factory=dict)
     efficiency: dict[str, float | None] = field(default_factory=dict)
+    values: dict[str, list[float]] = field(default_factory=dict)  # method -> every run, sorted
 
 
 @dataclass
@@ -76,6 +78,13 @@ def _value(record: dict[str, Any], metric: str) -> float | None:
     if metric == "score":
         return record.get("score")
     return (record.get("metrics") or {}).get(metric)
+
+
+def provenance(record: dict[str, Any]) -> str:
+    """Where a number came from: ssilbench version and commit, torch, and the device."""
+    v = record.get("versions") or {}
+    return (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
+            f"torch {v.get('torch', '?')}, {record.get('device') or 'unknown device'}")  # fmt: skip
 
 
 def _settings(record: dict[str, Any]) -> str:
@@ -108,12 +117,14 @@ def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Tab
     )
     meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for record in records:
         value = _value(record, metric)
         if value is None:
             continue
         env = record["env_label"]
         values[env][record["method_label"]][record["budget"]].append(float(value))
+        origins[(env, record["method_label"], record["budget"])].add(provenance(record))
         if record.get("n_labeled"):
             sizes[env][record["budget"]].append(int(record["n_labeled"]))
         info = meta[env]
@@ -137,7 +148,9 @@ def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Tab
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
                 mean, ci = mean_ci95(samples)
-                table.cells.setdefault(method, {})[budget] = Cell(mean, ci, len(samples))
+                table.cells.setdefault(method, {})[budget] = Cell(
+                    mean, ci, len(samples), provenance=sorted(origins[(env, method, budget)])
+                )
             table.efficiency[method] = sample_efficiency(
                 [(table.n_labeled.get(b, 0), table.cells[method][b].mean) for b in by_budget]
             )
@@ -183,5 +196,8 @@ def _suites(tables: list[EnvTable], values, metric: str) -> list[SuiteTable]:
                 sizes = [t.n_labeled.get(budget, 0) for t in envs]
                 curve.append((sum(sizes) / len(sizes), suite.iqm[method][budget].value))
             suite.efficiency[method] = sample_efficiency(curve)
+            suite.values[method] = sorted(
+                v for t in envs for runs in values[t.env].get(method, {}).values() for v in runs
+            )
         out.append(suite)
     return out
