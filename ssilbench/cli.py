@@ -326,6 +326,11 @@ def run(
     summary = (
         f"{report.done} run(s) done, {report.skipped} already recorded, "
         f"{len(report.failed)} failed; results in {results_dir}"
+        + (
+            f" ({report.elsewhere} taken by another sweep on this store)"
+            if report.elsewhere
+            else ""
+        )
     )
     click.echo(summary, err=True)
     for text, err in report.failed:

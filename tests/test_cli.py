@@ -181,6 +181,36 @@ def test_sigkill_mid_sweep_then_rerun_loses_and_duplicates_nothing(cli):
         assert by_id[run_id][3] == finished_at
 
 
+def test_two_sweeps_on_one_store_train_every_run_once(cli):
+    # Both start together over the same eight runs (one at a time each): a run one of them
+    # is training is skipped by the other, never trained twice.
+    cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", *TINY)  # data built
+    args = [sys.executable, "-m", "ssilbench", "run", *KILLED_SWEEP, "--no-stack",
+            "--results", str(cli.results), "--data-root", str(cli.data)]  # fmt: skip
+    procs = [subprocess.Popen(args, env=cli.env(), cwd=cli.tmp, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]  # fmt: skip
+    errs = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    rows = [r for r in cli.rows() if r[0] in _run_ids(cli, KILLED_SWEEP)]
+    assert len(rows) == 8 and all(r[1] == "done" and r[2] == 1 for r in rows)
+    done = [int(e.split(" run(s) done")[0].split()[-1]) for e in errs]
+    assert sum(done) == 8, errs
+
+
+def _run_ids(cli, sweep):
+    db = sqlite3.connect(cli.results / "results.sqlite")
+    try:
+        steps = sweep[sweep.index("--steps") + 1]
+        return {
+            r
+            for (r,) in db.execute(
+                "SELECT run_id FROM runs WHERE json_extract(spec, '$.steps') = ?", (int(steps),)
+            )
+        }
+    finally:
+        db.close()
+
+
 def _recorded(cli):
     return cli.rows() if (cli.results / "results.sqlite").exists() else []
 

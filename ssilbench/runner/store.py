@@ -176,9 +176,30 @@ class ResultsStore:
         return len(stale)
 
     def start(
-        self, spec: RunSpec, method_label: str, env_label: str, device: str, versions: dict
-    ) -> None:
+        self,
+        spec: RunSpec,
+        method_label: str,
+        env_label: str,
+        device: str,
+        versions: dict,
+        retry_failed: bool = True,
+    ) -> bool:
+        """Claim the run for this process and mark it ``running``; False (and nothing
+        written) when it is done, failed (unless ``retry_failed``), or being run by another
+        live process, so that two sweeps over one store never train a run twice."""
+        host, pid = socket.gethostname(), os.getpid()
         with self.transaction() as db:
+            row = db.execute(
+                "SELECT status, host, pid FROM runs WHERE run_id = ?", (spec.run_id,)
+            ).fetchone()
+            if row is not None:
+                elsewhere = row["host"] != host or (row["pid"] != pid and _alive(row["pid"]))
+                if (
+                    row["status"] == "done"
+                    or (row["status"] == "failed" and not retry_failed)
+                    or (row["status"] == "running" and elsewhere)
+                ):
+                    return False
             db.execute(
                 """
                 INSERT INTO runs (run_id, spec, method, method_label, env, env_label, budget, seed,
@@ -188,7 +209,6 @@ class ResultsStore:
                     status = 'running', attempts = attempts + 1, started_at = excluded.started_at,
                     device = excluded.device, versions = excluded.versions, host = excluded.host,
                     pid = excluded.pid, error = NULL, finished_at = NULL, wall_time = NULL
-                WHERE runs.status != 'done'
                 """,
                 (
                     spec.run_id,
@@ -202,10 +222,11 @@ class ResultsStore:
                     time.time(),
                     device,
                     json.dumps(versions, sort_keys=True),
-                    socket.gethostname(),
-                    os.getpid(),
+                    host,
+                    pid,
                 ),
             )
+        return True
 
     def finish(self, run_id: str, outcome: RunOutcome, wall_time: float) -> None:
         with self.transaction() as db:

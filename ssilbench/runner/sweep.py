@@ -29,6 +29,7 @@ from ssilbench.train.memo import StageCache
 class SweepReport:
     total: int
     skipped: int = 0
+    elsewhere: int = 0  # claimed by another live sweep on the same store
     done: int = 0
     failed_before: int = 0  # failed in an earlier sweep and not retried
     failed: list[tuple[str, str]] = field(default_factory=list)  # (run label, last error line)
@@ -198,19 +199,32 @@ def run_sweep(
     # so a pool takes runs one at a time.
     stacked = stack and workers == 1
     units = groups(plan, pending) if stacked else [[index] for index in pending]
+
+    def claim(unit: list[int]) -> list[int]:
+        """The runs of the unit this process may run; another live sweep may hold some."""
+        mine = []
+        for index in unit:
+            spec = plan.runs[index]
+            if store.start(spec, *labels[index], device_name, provenance, retry_failed):
+                mine.append(index)
+            else:
+                report.elsewhere += 1
+                notify("skipped", describe(index) + " (done or running in another sweep)")
+        return mine
+
     if workers > 1 and len(units) > 1:
         if setup is None:
             raise ValueError("a pool needs the PoolSetup to rebuild the plan in its workers")
-        for index in pending:
-            store.start(plan.runs[index], *labels[index], device_name, provenance)
-        notify("start", f"{len(pending)} runs on {workers} workers")
+        units = [u for u in map(claim, units) if u]
+        notify("start", f"{sum(map(len, units))} runs on {workers} workers")
         for index, status, payload, wall in _in_pool(units, setup, workers):
             record(index, status, payload, wall)
         return report
 
     for unit in units:
-        for index in unit:
-            store.start(plan.runs[index], *labels[index], device_name, provenance)
+        unit = claim(unit)
+        if not unit:
+            continue
         notify(
             "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
         )
