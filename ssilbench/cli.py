@@ -222,6 +222,33 @@ def list_cmd(state: State, as_json: bool) -> None:
     help="Reuse trained stages whose inputs are identical to an earlier run's (kept in "
     "RESULTS/cache; see 'ssilbench cache').",
 )
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Save each run's training state every N steps (RESULTS/checkpoints) so that a "
+    "killed run resumes where it was; runs then train one at a time.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray", "slurm"]),
+    default="local",
+    show_default=True,
+    help="Where runs execute: this machine (--workers), a Ray cluster, or SLURM (submitit).",
+)
+@click.option("--ray-address", default=None, help="Ray cluster address (default: a local Ray).")
+@click.option("--cpus-per-run", type=click.FloatRange(min=0), default=None,
+              help="Ray/SLURM: CPUs requested per run [default: 1].")  # fmt: skip
+@click.option("--gpus-per-run", type=click.FloatRange(min=0), default=None,
+              help="Ray/SLURM: GPUs requested per run [default: 0].")  # fmt: skip
+@click.option("--slurm-partition", default=None, help="SLURM partition.")
+@click.option("--slurm-time", type=click.IntRange(min=1), default=None,
+              help="SLURM time limit per job, minutes [default: 60].")  # fmt: skip
+@click.option("--slurm-parallelism", type=click.IntRange(min=1), default=None,
+              help="SLURM: jobs of the array running at once [default: 64].")  # fmt: skip
+@click.option("--slurm-cluster", type=click.Choice(["local", "debug"]), default=None,
+              help="Run the SLURM path with submitit's local or in-process executor "
+              "(testing a sweep before sending it to a cluster).")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -247,6 +274,15 @@ def run(
     threads,
     stack,
     cache,
+    checkpoint_every,
+    executor,
+    ray_address,
+    cpus_per_run,
+    gpus_per_run,
+    slurm_partition,
+    slurm_time,
+    slurm_parallelism,
+    slurm_cluster,
     quiet,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -317,11 +353,19 @@ def run(
         import torch
 
         torch.set_num_threads(threads)
-    cache_root = results_dir / "cache" if cache else None
-    setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device), cache_root)
+    from ssilbench.runner.worker import RunStorage
+
+    remote = _executor(executor, workers, results_dir, ray_address, cpus_per_run, gpus_per_run,
+                       slurm_partition, slurm_time, slurm_parallelism, slurm_cluster)  # fmt: skip
+    storage = RunStorage(
+        cache_root=results_dir / "cache" if cache else None,
+        checkpoint_root=results_dir / "checkpoints",
+        checkpoint_every=checkpoint_every or 0,
+    )
+    setup = PoolSetup(state.plugin_flags, sweeps, data_root, str(torch_device), storage)
     with ResultsStore(results_dir) as store:
         report = _run_with_progress(
-            plan, state, store, torch_device, retry_failed, workers, setup, stack
+            plan, state, store, torch_device, retry_failed, workers, setup, stack, remote
         )
     summary = (
         f"{report.done} run(s) done, {report.skipped} already recorded, "
@@ -335,6 +379,12 @@ def run(
     click.echo(summary, err=True)
     for text, err in report.failed:
         click.echo(f"  failed: {text}: {err}", err=True)
+    if report.interrupted:
+        click.echo(
+            f"  {report.lost}: {report.interrupted} run(s) interrupted; run the same "
+            "command again to resume them.",
+            err=True,
+        )
     if report.failed_before:
         click.echo(
             f"  {report.failed_before} run(s) failed in an earlier sweep; add --retry-failed to "
@@ -345,17 +395,53 @@ def run(
         sys.exit(1)
 
 
-def _run_with_progress(
-    plan, state: State, store, device, retry_failed: bool, workers, setup, stack: bool
-):
-    from ssilbench.runner.sweep import run_sweep
-    from ssilbench.train.memo import StageCache
+def _executor(kind, workers, results_dir, ray_address, cpus, gpus, partition, minutes,
+              parallelism, cluster):  # fmt: skip
+    """The executor object for --executor, after checking that its flags fit together."""
+    ray_flags = {"--ray-address": ray_address}
+    slurm_flags = {"--slurm-partition": partition, "--slurm-time": minutes,
+                   "--slurm-parallelism": parallelism, "--slurm-cluster": cluster}  # fmt: skip
+    stray = [
+        f
+        for f, v in {**ray_flags, **slurm_flags}.items()
+        if v is not None
+        and not (kind == "ray" and f in ray_flags or kind == "slurm" and f in slurm_flags)
+    ]
+    if kind == "local":
+        stray += [f for f, v in (("--cpus-per-run", cpus), ("--gpus-per-run", gpus)) if v]
+    if stray:
+        owner = ("ray" if stray[0] in ray_flags else "slurm" if stray[0] in slurm_flags
+                 else "ray or slurm")  # fmt: skip
+        raise UsageError(
+            f"{', '.join(stray)} only apply to --executor {owner}; drop "
+            f"{'it' if len(stray) == 1 else 'them'} or choose that executor."
+        )
+    if kind != "local" and workers != 1:
+        raise UsageError(f"--workers is for --executor local; with {kind}, size the run "
+                         "requests with --cpus-per-run/--gpus-per-run instead.")  # fmt: skip
+    from ssilbench.runner.executors import RayExecutor, SlurmExecutor
 
-    cache = StageCache(setup.cache_root) if setup.cache_root is not None else None
+    if kind == "ray":
+        return RayExecutor(ray_address, cpus if cpus is not None else 1.0, gpus or 0.0)
+    if kind == "slurm":
+        if gpus is not None and gpus != int(gpus):
+            raise UsageError(f"--gpus-per-run must be a whole number for SLURM, got {gpus:g}.")
+        return SlurmExecutor(results_dir / "slurm", partition, minutes or 60, int(gpus or 0),
+                             max(1, int(cpus or 1)), parallelism or 64, cluster)  # fmt: skip
+    return None
+
+
+def _run_with_progress(
+    plan, state: State, store, device, retry_failed: bool, workers, setup, stack: bool,
+    executor=None,
+):  # fmt: skip
+    from ssilbench.runner.sweep import run_sweep
+
     if state.quiet:
         return run_sweep(
-            plan, state.plugins, store, device, retry_failed, None, workers, setup, stack, cache
-        )
+            plan, state.plugins, store, device, retry_failed, None, workers, setup, stack,
+            setup.storage, executor,
+        )  # fmt: skip
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -389,7 +475,7 @@ def _run_with_progress(
 
         report = run_sweep(
             plan, state.plugins, store, device, retry_failed, on_progress, workers, setup, stack,
-            cache,
+            setup.storage, executor,
         )  # fmt: skip
         progress.update(bar, description="")
     return report

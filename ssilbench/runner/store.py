@@ -175,6 +175,15 @@ class ResultsStore:
             )
         return len(stale)
 
+    def mark_interrupted(self, run_ids: list[str]) -> int:
+        """Runs of this sweep that will not finish in it (a worker died)."""
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE runs SET status = 'interrupted' WHERE run_id = ? AND status = 'running'",
+                [(rid,) for rid in run_ids],
+            )
+        return len(run_ids)
+
     def start(
         self,
         spec: RunSpec,

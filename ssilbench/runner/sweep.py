@@ -11,6 +11,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,13 @@ from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import Plan, label
 from ssilbench.runner.spec import RunSpec, Sweep
 from ssilbench.runner.store import ResultsStore, RunOutcome
-from ssilbench.runner.worker import describe_device, execute, execute_many, versions
-from ssilbench.train.memo import StageCache
+from ssilbench.runner.worker import (
+    RunStorage,
+    describe_device,
+    execute,
+    execute_many,
+    versions,
+)
 
 
 @dataclass
@@ -30,13 +36,15 @@ class SweepReport:
     total: int
     skipped: int = 0
     elsewhere: int = 0  # claimed by another live sweep on the same store
+    interrupted: int = 0  # left unfinished by a worker process that died
+    lost: str = ""  # what happened to the executor that left them
     done: int = 0
     failed_before: int = 0  # failed in an earlier sweep and not retried
     failed: list[tuple[str, str]] = field(default_factory=list)  # (run label, last error line)
 
     @property
     def ok(self) -> bool:
-        return not self.failed and not self.failed_before
+        return not self.failed and not self.failed_before and not self.interrupted
 
 
 def run_label(plan: Plan, spec: RunSpec) -> tuple[str, str]:
@@ -57,7 +65,8 @@ class PoolSetup:
     sweeps: list[Sweep]
     data_root: Path
     device: str
-    cache_root: Path | None = None
+    storage: RunStorage = field(default_factory=RunStorage)
+    threads: int = 1
 
 
 MAX_GROUP = 64  # runs stacked into one computation at most
@@ -90,7 +99,7 @@ def _execute(
     plugins: Plugins,
     unit: list[int],
     device: torch.device,
-    cache: StageCache | None = None,
+    storage: RunStorage | None = None,
 ):
     """Run one unit; yields (index, status, payload, wall seconds) per run. A stacked run's
     wall time is its share of the unit's."""
@@ -99,10 +108,10 @@ def _execute(
     try:
         if len(specs) == 1:
             outcomes = [execute(specs[0], plan.method_of(specs[0]), plan.task_of(specs[0]),
-                                plugins, device, cache)]  # fmt: skip
+                                plugins, device, storage)]  # fmt: skip
         else:
             outcomes = execute_many(
-                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device, cache
+                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device, storage
             )
     except Exception as exc:
         error = (traceback.format_exc(), f"{type(exc).__name__}: {exc}")
@@ -116,33 +125,49 @@ _WORKER: dict[str, Any] = {}
 
 
 def _init_worker(setup: PoolSetup) -> None:
+    """Load the plugins and rebuild the plan in this process (once per setup)."""
     from ssilbench.plugins import load_plugins
     from ssilbench.runner.plan import build_plan
 
-    torch.set_num_threads(1)
+    if _WORKER.get("setup") == setup:
+        return
+    torch.set_num_threads(setup.threads)
     plugins = load_plugins(setup.plugin_flags)
     plan = Plan(runs=[])
     for sweep in setup.sweeps:
         plan.extend(build_plan(plugins, sweep, setup.data_root))
-    cache = StageCache(setup.cache_root) if setup.cache_root is not None else None
-    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device), cache=cache)
+    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device),
+                   storage=setup.storage, setup=setup)  # fmt: skip
 
 
 def _work(unit: list[int]) -> list[tuple]:
     w = _WORKER
-    return _execute(w["plan"], w["plugins"], unit, w["device"], w["cache"])
+    return _execute(w["plan"], w["plugins"], unit, w["device"], w["storage"])
+
+
+def work_unit(setup: PoolSetup, unit: list[int]) -> list[tuple]:
+    """Execute a unit of the sweep in whatever process an executor runs it in."""
+    _init_worker(setup)
+    return _work(unit)
+
+
+class ExecutorLost(RuntimeError):
+    """An executor can no longer deliver the results of the units it was given."""
 
 
 def _in_pool(units: list[list[int]], setup: PoolSetup, workers: int) -> Iterator[tuple]:
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker, initargs=(setup,)
-    ) as pool:
-        todo = {pool.submit(_work, unit) for unit in units}
-        while todo:
-            finished, todo = wait(todo, return_when=FIRST_COMPLETED)
-            for future in finished:
-                yield from future.result()
+    try:
+        with ProcessPoolExecutor(
+            workers, mp_context=context, initializer=_init_worker, initargs=(setup,)
+        ) as pool:
+            todo = {pool.submit(_work, unit) for unit in units}
+            while todo:
+                finished, todo = wait(todo, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    yield from future.result()
+    except BrokenProcessPool:
+        raise ExecutorLost("a worker process died") from None
 
 
 def run_sweep(
@@ -155,10 +180,14 @@ def run_sweep(
     workers: int = 1,
     setup: PoolSetup | None = None,
     stack: bool = True,
-    cache: StageCache | None = None,
+    storage: RunStorage | None = None,
+    executor: Any = None,
 ) -> SweepReport:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
-    With a ``cache``, trained stages are reused across runs (``ssilbench.train.memo``)."""
+    ``storage`` says where trained stages are reused from and checkpoints go; runs that
+    checkpoint are trained one at a time (a stacked unit has no per-run checkpoints).
+    ``executor`` (``ssilbench.runner.executors``) sends units elsewhere (Ray, SLURM); the
+    results come back here and this process alone writes the store."""
     store.mark_stale_interrupted()
     statuses = store.statuses()
     provenance = versions(plugins)
@@ -197,7 +226,8 @@ def run_sweep(
 
     # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
     # so a pool takes runs one at a time.
-    stacked = stack and workers == 1
+    stacked = (stack and (workers == 1 or executor is not None)
+               and not (storage and storage.checkpoint_every))  # fmt: skip
     units = groups(plan, pending) if stacked else [[index] for index in pending]
 
     def claim(unit: list[int]) -> list[int]:
@@ -212,13 +242,26 @@ def run_sweep(
                 notify("skipped", describe(index) + " (done or running in another sweep)")
         return mine
 
-    if workers > 1 and len(units) > 1:
+    remote = executor is not None or (workers > 1 and len(units) > 1)
+    if remote:
         if setup is None:
-            raise ValueError("a pool needs the PoolSetup to rebuild the plan in its workers")
+            raise ValueError("running elsewhere needs the PoolSetup to rebuild the plan there")
         units = [u for u in map(claim, units) if u]
-        notify("start", f"{sum(map(len, units))} runs on {workers} workers")
-        for index, status, payload, wall in _in_pool(units, setup, workers):
-            record(index, status, payload, wall)
+        where = executor.describe() if executor is not None else f"{workers} workers"
+        notify("start", f"{sum(map(len, units))} runs on {where}")
+        results = (executor.run(units, setup) if executor is not None
+                   else _in_pool(units, setup, workers))  # fmt: skip
+        finished: set[int] = set()
+        try:
+            for index, status, payload, wall in results:
+                record(index, status, payload, wall)
+                finished.add(index)
+        except ExecutorLost as exc:
+            # A worker or job died (killed, out of memory, pre-empted for good): its runs and
+            # the ones not started are marked interrupted; the next sweep resumes them.
+            left = [plan.runs[i].run_id for u in units for i in u if i not in finished]
+            report.interrupted = store.mark_interrupted(left)
+            report.lost = str(exc)
         return report
 
     for unit in units:
@@ -228,6 +271,6 @@ def run_sweep(
         notify(
             "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
         )
-        for index, status, payload, wall in _execute(plan, plugins, unit, device, cache):
+        for index, status, payload, wall in _execute(plan, plugins, unit, device, storage):
             record(index, status, payload, wall)
     return report

@@ -21,6 +21,7 @@ from ssilbench.runner.plan import MethodInfo, TaskInfo
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.store import RunOutcome
 from ssilbench.train.budget import StagePlan, check_stages
+from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import StoppingRule, seed_everything
 from ssilbench.train.memo import StageCache
 
@@ -73,6 +74,25 @@ def _git_revision() -> str | None:
     return out.stdout.strip() or None
 
 
+@dataclass(frozen=True)
+class RunStorage:
+    """Where runs keep what outlives one process: reusable trained stages
+    (``cache_root``) and training checkpoints (``checkpoint_root``, every
+    ``checkpoint_every`` steps; 0 = none)."""
+
+    cache_root: Path | None = None
+    checkpoint_root: Path | None = None
+    checkpoint_every: int = 0
+
+    def cache(self) -> StageCache | None:
+        return StageCache(self.cache_root) if self.cache_root is not None else None
+
+    def checkpoints(self, run_id: str, timeline: list) -> RunCheckpoints | None:
+        if self.checkpoint_root is None or self.checkpoint_every < 1:
+            return None
+        return RunCheckpoints(self.checkpoint_root / run_id, self.checkpoint_every, timeline)
+
+
 @dataclass
 class PreparedRun:
     """One run's context, evaluator and timeline, ready for its method to fit."""
@@ -90,7 +110,7 @@ def prepare(
     task: TaskInfo,
     plugins: Plugins,
     device: torch.device,
-    cache: StageCache | None = None,
+    storage: RunStorage | None = None,
 ) -> PreparedRun:
     """Split the data, declare and check the stages, and build the run's context."""
     seed_everything(spec.seed)
@@ -114,7 +134,14 @@ def prepare(
         )
         return result.score
 
-    plan = StagePlan(stages, eval_every=spec.eval_every, evaluate=evaluate, cache=cache)
+    storage = storage or RunStorage()
+    plan = StagePlan(
+        stages,
+        eval_every=spec.eval_every,
+        evaluate=evaluate,
+        cache=storage.cache(),
+        checkpoints=storage.checkpoints(spec.run_id, timeline),
+    )
     ctx = RunContext(
         config=method.config,
         spec=env_spec,
@@ -139,6 +166,8 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
             run.ctx.evaluate(policy)
     finally:
         run.evaluator.close()
+    if run.ctx.plan.checkpoints is not None:
+        run.ctx.plan.checkpoints.clear()  # the run is complete: nothing to resume
     env_spec = run.ctx.spec
     final = run.timeline[-1]
     scores = [e["score"] for e in run.timeline if e["score"] is not None]
@@ -163,10 +192,10 @@ def execute(
     task: TaskInfo,
     plugins: Plugins,
     device: torch.device,
-    cache: StageCache | None = None,
+    storage: RunStorage | None = None,
 ) -> RunOutcome:
     """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
-    run = prepare(spec, method, task, plugins, device, cache)
+    run = prepare(spec, method, task, plugins, device, storage)
     try:
         policy = method.cls().fit(run.ctx)
     except BaseException:
@@ -181,11 +210,11 @@ def execute_many(
     task: TaskInfo,
     plugins: Plugins,
     device: torch.device,
-    cache: StageCache | None = None,
+    storage: RunStorage | None = None,
 ) -> list[RunOutcome]:
     """Runs of one method and task that differ only in budget and seed, fitted together
     through the method's ``fit_many`` (one stacked computation)."""
-    runs = [prepare(spec, method, task, plugins, device, cache) for spec in specs]
+    runs = [prepare(spec, method, task, plugins, device, storage) for spec in specs]
     try:
         policies = method.cls().fit_many([run.ctx for run in runs])
     except BaseException:

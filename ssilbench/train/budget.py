@@ -42,6 +42,7 @@ class StageBudget:
     used: int = 0
     stopped_early: str | None = None
     reused: str | None = None
+    resumed_from: int | None = None  # the step of the checkpoint this stage continued from
 
     @property
     def remaining(self) -> int:
@@ -95,6 +96,8 @@ class StagePlan:
     budgets: dict[str, StageBudget] = field(default_factory=dict)
     cache: Any = None
     """A ``ssilbench.train.memo.StageCache`` where trained stages may be reused."""
+    checkpoints: Any = None
+    """``ssilbench.train.checkpoint.RunCheckpoints`` when the run saves its training state."""
 
     def stage(self, name: str, policy: Any = None) -> StageBudget:
         """Open the named stage; ``policy`` is evaluated periodically if it is a policy stage."""
@@ -125,4 +128,6 @@ class StagePlan:
             report[stage.name] = {"declared": stage.steps, "used": used, "stopped_early": early}
             if budget is not None and budget.reused:
                 report[stage.name]["reused"] = budget.reused
+            if budget is not None and budget.resumed_from is not None:
+                report[stage.name]["resumed_from"] = budget.resumed_from
         return report

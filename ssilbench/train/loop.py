@@ -51,6 +51,19 @@ class BatchSampler:
         self._order = np.empty(0, dtype=np.int64)
         self._pos = 0
 
+    def state(self) -> dict:
+        """Where the sampler is, for a checkpoint (tensors and plain values only)."""
+        return {
+            "rng": self.rng.bit_generator.state,
+            "order": torch.from_numpy(self._order.copy()),
+            "pos": self._pos,
+        }
+
+    def load_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self._order = state["order"].numpy().astype(np.int64)
+        self._pos = int(state["pos"])
+
     def next(self) -> slice | np.ndarray:
         if self.batch_size >= self.n:
             return slice(None)
@@ -82,6 +95,16 @@ def optimise(
     sampler = BatchSampler(n, batch_size, seed)
     last: torch.Tensor | None = None
     previous = float("inf")
+    checkpoints = budget.plan.checkpoints
+    if checkpoints is not None and (state := checkpoints.load(budget.stage.name)) is not None:
+        with torch.no_grad():
+            for p, saved in zip(params, state["params"], strict=True):
+                p.copy_(saved)
+        optimiser.load_state_dict(state["optimiser"])
+        sampler.load_state(state["sampler"])
+        budget.used, budget.plan.global_step = state["used"], state["global_step"]
+        budget.resumed_from = budget.used
+        previous = state["previous"]
     while budget.remaining > 0:
         loss = loss_fn(sampler.next())
         optimiser.zero_grad(set_to_none=True)
@@ -98,6 +121,13 @@ def optimise(
             if rule.converged(previous, current, accuracy):
                 budget.stop_early(f"{rule.describe()} (step {budget.used})")
             previous = current
+        if checkpoints is not None and budget.remaining and budget.used % checkpoints.every == 0:
+            checkpoints.save(budget.stage.name, {
+                "params": [p.detach().cpu().clone() for p in params],
+                "optimiser": optimiser.state_dict(), "sampler": sampler.state(),
+                "used": budget.used, "global_step": budget.plan.global_step,
+                "previous": previous,
+            })  # fmt: skip
     return float("nan") if last is None else float(last)
 
 

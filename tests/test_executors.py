@@ -1,0 +1,105 @@
+"""The same sweep under the local, Ray and SLURM (submitit) executors: same runs, same
+results, one store; and the executor flags a user can get wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+
+pytest.importorskip("ray")
+pytest.importorskip("submitit")
+
+SWEEP = ["--method", "bc,vm_idm", "--env", "maze:10x10", "--budgets", "16", *TINY]
+
+
+def results(directory: Path) -> dict[str, tuple]:
+    db = sqlite3.connect(directory / "results.sqlite")
+    try:
+        rows = db.execute("SELECT run_id, status, score, metrics, stages FROM runs").fetchall()
+    finally:
+        db.close()
+    return {r[0]: (r[1], r[2], json.loads(r[3] or "null"), json.loads(r[4] or "null"))
+            for r in rows}  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A local Ray head started by the test, as a user's cluster would be."""
+    port = _free_port()
+    ray = Path(sys.executable).with_name("ray")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    temp = tmp_path_factory.mktemp("ray")
+    start = subprocess.run(
+        [str(ray), "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+         f"--temp-dir={temp}", "--disable-usage-stats"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert start.returncode == 0, start.stderr[-3000:]
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], capture_output=True, env=env, timeout=120)
+
+
+def test_local_ray_and_submitit_give_the_same_results_into_one_store(cli, ray_cluster):
+    local = cli.tmp / "local"
+    assert cli("run", *SWEEP, "--seeds", "0,1,2", "--results", str(local),
+               "--data-root", str(cli.data)).returncode == 0  # fmt: skip
+    # One store, three executors: seed 0 here, seed 1 on Ray, seed 2 as a SLURM array.
+    out = cli.run(*SWEEP, "--seeds", "0")
+    assert out.returncode == 0, out.stderr
+    out = cli.run(*SWEEP, "--seeds", "1", "--executor", "ray", "--ray-address", ray_cluster)
+    assert out.returncode == 0 and "2 run(s) done" in out.stderr, out.stderr
+    out = cli.run(*SWEEP, "--seeds", "2", "--executor", "slurm", "--slurm-cluster", "local",
+                  "--slurm-time", "10")  # fmt: skip
+    assert out.returncode == 0 and "2 run(s) done" in out.stderr, out.stderr
+    here, reference = results(cli.results), results(local)
+    assert set(here) == set(reference) and len(here) == 6
+    # Stacked with other seeds or trained alone, a run's numbers agree up to float rounding.
+    for run_id, (status, score, metrics, stages) in here.items():
+        _, ref_score, ref_metrics, ref_stages = reference[run_id]
+        assert status == "done" and stages == ref_stages
+        assert score == pytest.approx(ref_score, abs=1e-4)
+        assert metrics == pytest.approx(ref_metrics, abs=1e-4), run_id
+    # Everything is recorded once: a second pass on Ray runs nothing.
+    out = cli.run(*SWEEP, "--seeds", "0,1,2", "--executor", "ray", "--ray-address", ray_cluster)
+    assert out.returncode == 0 and "0 run(s) done, 6 already recorded" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--ray-address", "127.0.0.1:1"], "--ray-address only apply to --executor ray"),
+        (["--slurm-partition", "gpu"], "--slurm-partition only apply to --executor slurm"),
+        (["--gpus-per-run", "1"], "only apply to --executor ray or slurm"),
+        (["--executor", "ray", "--workers", "2"], "--workers is for --executor local"),
+        (["--executor", "ray", "--slurm-time", "5"], "only apply to --executor slurm"),
+        (["--executor", "slurm"], "no SLURM on this machine"),
+        (["--executor", "slurm", "--gpus-per-run", "0.5", "--slurm-cluster", "local"],
+         "whole number"),
+        (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "Cannot reach a Ray cluster"),
+    ],
+)  # fmt: skip
+def test_executor_flags_a_user_can_get_wrong(cli, flags, message):
+    if "no SLURM" in message and any(
+        Path(p, "sbatch").exists() for p in os.environ["PATH"].split(os.pathsep)
+    ):
+        pytest.skip("this machine has SLURM")  # fmt: skip
+    out = cli.run(*SWEEP, "--seeds", "0", *flags)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (cli.results / "results.sqlite").exists() or all(
+        status != "done" for status, *_ in results(cli.results).values())  # fmt: skip

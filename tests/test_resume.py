@@ -1,0 +1,138 @@
+"""Checkpointed runs: a run killed mid-training resumes and ends exactly where an
+uninterrupted run ends (CPU, same thread count)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from ssilbench.api import Stage
+from ssilbench.train.budget import StagePlan
+from ssilbench.train.checkpoint import RunCheckpoints
+from ssilbench.train.loop import optimise
+
+# --- the loop ------------------------------------------------------------------------------
+
+
+class Killed(Exception):
+    pass
+
+
+def train(tmp_path, kill_at: int | None = None):
+    torch.manual_seed(0)
+    x = torch.randn(200, 3)
+    y = x @ torch.tensor([[1.0], [-2.0], [0.5]]) + 0.1 * torch.randn(200, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    timeline: list[dict] = []
+    plan = StagePlan([Stage("fit", 300, policy=True)], 50, evaluate=lambda p: None,
+                     checkpoints=RunCheckpoints(tmp_path / "ckpt", 40, timeline))  # fmt: skip
+    plan.evaluate = lambda p: timeline.append(
+        {"step": plan.global_step, "w": float(model[0].weight.detach().sum())}
+    )
+    calls = [0]
+
+    def loss_fn(rows):
+        calls[0] += 1
+        if kill_at is not None and calls[0] == kill_at:
+            raise Killed
+        return torch.nn.functional.mse_loss(model(x[rows]), y[rows])
+
+    optimise(model.parameters(), loss_fn, 200, plan.stage("fit", policy=model), lr=0.01,
+             batch_size=32, seed=3)  # fmt: skip
+    return model, timeline
+
+
+def test_a_stage_resumed_from_its_checkpoint_is_bit_identical(tmp_path):
+    reference, ref_timeline = train(tmp_path / "a")
+    with pytest.raises(Killed):
+        train(tmp_path / "b", kill_at=137)  # after the checkpoint of step 120
+    assert (tmp_path / "b" / "ckpt" / "fit.pt").is_file()
+    resumed, timeline = train(tmp_path / "b")
+    for p, q in zip(reference.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert timeline == ref_timeline  # evaluations before the kill came back from the file
+
+
+def test_a_damaged_checkpoint_starts_the_stage_over(tmp_path):
+    with pytest.raises(Killed):
+        train(tmp_path, kill_at=100)
+    (tmp_path / "ckpt" / "fit.pt").write_bytes(b"garbage")
+    reference, _ = train(tmp_path / "fresh")
+    again, _ = train(tmp_path)
+    for p, q in zip(reference.parameters(), again.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+# --- whole sweeps --------------------------------------------------------------------------
+
+SWEEP = ["--method", "bc", "--env", "maze:10x10", "--budgets", "256", "--seeds", "0",
+         "-c", "arch=mlp5", "--steps", "6000", "--eval-every", "1000", "--no-rollouts",
+         "--checkpoint-every", "200", "-q"]  # fmt: skip
+
+
+def _result(results):
+    db = sqlite3.connect(results / "results.sqlite")
+    try:
+        rows = db.execute("SELECT status, attempts, metrics, timeline, stages FROM runs").fetchall()
+    finally:
+        db.close()
+    return [(s, a, json.loads(m or "null"), json.loads(t or "null"), json.loads(st or "null"))
+            for s, a, m, t, st in rows]  # fmt: skip
+
+
+def _wait_for_checkpoint(results, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if list((results / "checkpoints").glob("*/policy.pt")):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("kill", ["driver", "worker"])
+def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(cli, kill):
+    reference = cli.tmp / "reference"
+    out = cli("run", *SWEEP, "--results", str(reference), "--data-root", str(cli.data))
+    assert out.returncode == 0, out.stderr
+    assert not list((reference / "checkpoints").glob("*/*")), "a finished run keeps none"
+
+    workers = ["--workers", "2", "--method", "bc,vm_idm"] if kill == "worker" else []
+    args = [sys.executable, "-m", "ssilbench", "run", *SWEEP, *workers,
+            "--results", str(cli.results), "--data-root", str(cli.data)]  # fmt: skip
+    proc = subprocess.Popen(args, env=cli.env(), cwd=cli.tmp, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert _wait_for_checkpoint(cli.results, proc), "the run should reach a checkpoint"
+        if kill == "driver":
+            os.kill(proc.pid, signal.SIGKILL)
+        else:
+            children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                      text=True).stdout.split()  # fmt: skip
+            for child in children:  # the pool's workers (and its resource tracker)
+                os.kill(int(child), signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if kill == "worker":
+        assert proc.returncode == 1 and "a worker process died" in err, err
+    assert list((cli.results / "checkpoints").glob("*/policy.pt"))
+
+    again = cli("run", *SWEEP, *workers, "--results", str(cli.results),
+                "--data-root", str(cli.data))  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    [ref] = _result(reference)
+    resumed = [r for r in _result(cli.results) if "policy" in (r[4] or {})]
+    assert all(r[0] == "done" for r in _result(cli.results))
+    assert resumed[0][1] == 2  # the second attempt finished it
+    stages = resumed[0][4]["policy"]
+    assert stages.pop("resumed_from") % 200 == 0  # it went on from a checkpoint
+    assert resumed[0][2:] == ref[2:]  # metrics, timeline and stages: identical
