@@ -457,21 +457,33 @@ def _run_with_progress(
         TextColumn("[bold]sweep"),
         BarColumn(),
         MofNCompleteColumn(),
+        TextColumn("[green]{task.fields[done]} done[/] · {task.fields[running]} running · "
+                   "[red]{task.fields[failed]} failed[/] · {task.fields[left]} to go"),
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
         TextColumn("{task.description}"),
-    )
+    )  # fmt: skip
+    counts = {"done": 0, "running": 0, "failed": 0, "left": len(plan.runs)}
     with Progress(*columns, console=console, transient=False) as progress:
-        bar = progress.add_task("", total=len(plan.runs))
+        bar = progress.add_task("", total=len(plan.runs), **counts)
 
         def on_progress(event: str, text: str) -> None:
+            # "start" names a unit (several runs when stacked, all of them on a pool).
             if event == "start":
                 progress.update(bar, description=text)
                 return
-            if event == "failed":
-                progress.console.print(f"[red]failed[/red] {text}")
-            progress.advance(bar)
+            if event == "claimed":
+                counts["running"] += 1
+            elif event in ("done", "failed"):
+                counts[event] += 1
+                counts["running"] = max(0, counts["running"] - 1)
+                if event == "failed":
+                    progress.console.print(f"[red]failed[/red] {text}")
+            counts["left"] -= event in ("done", "failed", "skipped")
+            if event != "claimed":
+                progress.advance(bar)
+            progress.update(bar, **counts)
 
         report = run_sweep(
             plan, state.plugins, store, device, retry_failed, on_progress, workers, setup, stack,
@@ -778,3 +790,53 @@ def results_merge(files: tuple[str, ...], results: str) -> None:
             )
             for text in r.conflicts:
                 click.echo(f"  conflict: {text}", err=True)
+
+
+@cli.command()
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+@click.option("--sweep", "sweep_file", default=None, type=click.Path(dir_okay=False),
+              help="Count remaining runs against this sweep file.")  # fmt: skip
+@click.option("--quick", is_flag=True, help="With --sweep: its [quick] variant.")
+@click.option("--data-root", default=DEFAULT_DATA, show_default=True)
+@click.pass_obj
+def status(state: State, results: str, sweep_file, quick, data_root) -> None:
+    """Progress of the sweeps writing to a results store, from any machine that sees it:
+    runs done, running (where, for how long), failed and to go, with an estimate of the
+    time left."""
+    import time
+
+    from ssilbench.runner.store import STATUSES, ResultsStore
+
+    planned: set[str] | None = None
+    if sweep_file is not None:
+        from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+
+        planned = set(panel_titles(state.plugins, load_sweep_file(Path(sweep_file)),
+                                   Path(data_root).expanduser(), quick))  # fmt: skip
+    elif quick:
+        raise UsageError("--quick needs --sweep FILE.")
+    with ResultsStore(Path(results), create=False) as store:
+        rows = [r for r in store.rows(None) if planned is None or r["run_id"] in planned]
+    by = {s: [r for r in rows if r["status"] == s] for s in STATUSES}
+    to_go = (len(planned) - len(by["done"])) if planned is not None else (
+        len(by["running"]) + len(by["interrupted"]))  # fmt: skip
+    click.echo(
+        f"{len(by['done'])} done, {len(by['running'])} running, {len(by['failed'])} failed, "
+        f"{len(by['interrupted'])} interrupted"
+        + (f", {len(planned) - len(rows)} not started" if planned is not None else "")
+    )
+    now = time.time()
+    groups: dict[tuple, list[dict]] = {}
+    for r in by["running"]:
+        groups.setdefault((r["method_label"], r["env_label"], r["host"], r["pid"]), []).append(r)
+    for (method, env, host, pid), runs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        since = now - min(r["started_at"] or now for r in runs)
+        click.echo(f"  running {len(runs):4d}  {method} on {env}  for {since:.0f} s "
+                   f"({host}, pid {pid})")  # fmt: skip
+    # The recent finishing rate covers any mix of stacking, workers and machines.
+    recent = sorted(r["finished_at"] for r in by["done"] if r["finished_at"] and
+                    now - r["finished_at"] < 3600)  # fmt: skip
+    if to_go > 0 and len(recent) >= 2 and now > recent[0]:
+        rate = len(recent) / (now - recent[0])
+        click.echo(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last hour's "
+                   f"{rate * 60:.1f} runs/min")  # fmt: skip

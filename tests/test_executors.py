@@ -103,3 +103,13 @@ def test_executor_flags_a_user_can_get_wrong(cli, flags, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
     assert not (cli.results / "results.sqlite").exists() or all(
         status != "done" for status, *_ in results(cli.results).values())  # fmt: skip
+
+
+def test_pool_workers_take_one_gpu_each_when_several_are_visible():
+    from ssilbench.runner.sweep import worker_device
+
+    assert [worker_device("cuda", k, 4) for k in range(6)] == [
+        "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]  # fmt: skip
+    assert worker_device("cuda", 3, 1) == "cuda"  # one GPU: everyone shares it
+    assert worker_device("cuda:2", 1, 4) == "cuda:2"  # an explicit device is kept
+    assert worker_device("cpu", 1, 0) == "cpu"

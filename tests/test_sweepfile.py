@@ -191,3 +191,19 @@ def test_blocks_selects_blocks_by_name_or_panel(tmp_path, capsys):
     code, err = _cli(capsys, "run", "--blocks", "first", "--method", "bc", "--env",
                      "maze:10x10", "--budgets", "16", *common)  # fmt: skip
     assert code == 2 and "--blocks needs --sweep" in err
+
+
+def test_status_counts_a_sweep_files_runs(tmp_path, capsys):
+    path = write(tmp_path, GOOD)
+    common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common)
+    assert code == 0, err
+    try:
+        main(["status", "--sweep", str(path), *common])
+    except SystemExit as exc:
+        assert exc.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("4 done, 0 running, 0 failed, 0 interrupted, 12 not started"), out
+    assert "min to go: 12 runs" in out
+    code, err = _cli(capsys, "status", "--quick", *common)
+    assert code == 2 and "--quick needs --sweep" in err

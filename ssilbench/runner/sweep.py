@@ -124,19 +124,32 @@ def _execute(
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(setup: PoolSetup) -> None:
+def worker_device(device: str, slot: int | None, visible: int) -> str:
+    """One GPU per pool worker when several are visible: worker k takes cuda:(k mod n)."""
+    if slot is None or visible < 2 or device not in ("cuda", "cuda:0"):
+        return device
+    return f"cuda:{slot % visible}"
+
+
+def _init_worker(setup: PoolSetup, slots: Any = None) -> None:
     """Load the plugins and rebuild the plan in this process (once per setup)."""
     from ssilbench.plugins import load_plugins
     from ssilbench.runner.plan import build_plan
 
     if _WORKER.get("setup") == setup:
         return
+    slot = None
+    if slots is not None:
+        with slots.get_lock():
+            slot, slots.value = slots.value, slots.value + 1
+    visible = torch.cuda.device_count() if setup.device.startswith("cuda") else 0
+    device = worker_device(setup.device, slot, visible)
     torch.set_num_threads(setup.threads)
     plugins = load_plugins(setup.plugin_flags)
     plan = Plan(runs=[])
     for sweep in setup.sweeps:
         plan.extend(build_plan(plugins, sweep, setup.data_root))
-    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(setup.device),
+    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(device),
                    storage=setup.storage, setup=setup)  # fmt: skip
 
 
@@ -158,8 +171,9 @@ class ExecutorLost(RuntimeError):
 def _in_pool(units: list[list[int]], setup: PoolSetup, workers: int) -> Iterator[tuple]:
     context = multiprocessing.get_context("spawn")
     try:
+        slots = context.Value("i", 0)
         with ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_worker, initargs=(setup,)
+            workers, mp_context=context, initializer=_init_worker, initargs=(setup, slots)
         ) as pool:
             todo = {pool.submit(_work, unit) for unit in units}
             while todo:
@@ -237,6 +251,7 @@ def run_sweep(
             spec = plan.runs[index]
             if store.start(spec, *labels[index], device_name, provenance, retry_failed):
                 mine.append(index)
+                notify("claimed", describe(index))
             else:
                 report.elsewhere += 1
                 notify("skipped", describe(index) + " (done or running in another sweep)")
