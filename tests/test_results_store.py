@@ -222,3 +222,27 @@ def test_a_file_that_is_not_sqlite(tmp_path):
         ResultsStore(tmp_path)
     with pytest.raises(ResultsStoreError):
         ResultsStore(tmp_path, create=False)
+
+
+def test_a_store_from_a_newer_ssilbench_is_refused(tmp_path):
+    with ResultsStore(tmp_path) as s:
+        s.db.execute("PRAGMA user_version = 99")
+    with pytest.raises(ResultsStoreError, match="written by a newer ssilbench .*format 99"):
+        ResultsStore(tmp_path)
+
+
+def test_a_full_disk_is_a_clear_error_and_leaves_no_half_written_row(store):
+    run = spec()
+    start(store, run)
+    pages = store.db.execute("PRAGMA page_count").fetchone()[0]
+    store.db.execute(f"PRAGMA max_page_count = {pages}")  # the disk is full from here on
+    big = RunOutcome(**{**OUTCOME.__dict__, "timeline": [{"step": i, "score": 0.5}
+                                                         for i in range(20000)]})  # fmt: skip
+    with pytest.raises(ResultsStoreError, match="database or disk is full. Free disk space"):
+        store.finish(run.run_id, big, wall_time=1.0)
+    record = row(store, run.run_id)
+    assert record["status"] == "running" and record["score"] is None
+    assert record["timeline"] is None and record["finished_at"] is None
+    store.db.execute("PRAGMA max_page_count = 1073741823")  # space again: the write succeeds
+    store.finish(run.run_id, OUTCOME, wall_time=1.0)
+    assert row(store, run.run_id)["status"] == "done"

@@ -22,6 +22,8 @@ from ssilbench.errors import ResultsStoreError
 from ssilbench.runner.spec import RunSpec
 
 DB_NAME = "results.sqlite"
+# Bumped when the layout of the store changes; a store from a newer ssilbench is refused.
+SCHEMA_VERSION = 1
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -120,9 +122,19 @@ class ResultsStore:
         try:
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self.db.row_factory = sqlite3.Row
+            found = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if found > SCHEMA_VERSION:
+                self.db.close()
+                raise ResultsStoreError(
+                    f"The results store {self.path} was written by a newer ssilbench (store "
+                    f"format {found}; this one reads up to {SCHEMA_VERSION}). Upgrade ssilbench, "
+                    "or pass another directory with --results DIR."
+                )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
+            if found < SCHEMA_VERSION:
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except sqlite3.DatabaseError as exc:
             raise ResultsStoreError(
                 f"Cannot open the results store {self.path}: {exc}. Is it an ssilbench results "
@@ -140,13 +152,33 @@ class ResultsStore:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+        """All or nothing; a store that cannot be written (disk full, read-only, locked for
+        too long) is a ResultsStoreError that says so, and no row is half-written."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise self._write_error(exc) from None
         try:
             yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.execute("COMMIT")
+        except BaseException as exc:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise self._write_error(exc) from None
             raise
-        self.db.execute("COMMIT")
+
+    def _write_error(self, exc: sqlite3.OperationalError) -> ResultsStoreError:
+        text = str(exc)
+        hint = {
+            "database or disk is full": "Free disk space, or pass another --results DIR",
+            "attempt to write a readonly database": "Make it writable, or pass another "
+            "--results DIR",
+            "database is locked": "Another process holds it; try again, or pass another "
+            "--results DIR",
+        }.get(text, "Pass another --results DIR")
+        return ResultsStoreError(f"Cannot write the results store {self.path}: {text}. {hint}; "
+                                 "runs recorded before are intact.")  # fmt: skip
 
     def status(self, run_id: str) -> str | None:
         row = self.db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
