@@ -23,7 +23,8 @@ N_BUDGETS = ["8", "16", "24", "32", "40", "48"]
 SEEDS = "0,1,2,3"
 N = len(N_BUDGETS) * 4
 TRIVIAL = ["run", "--method", "bc", "--env", "maze:10x10", "--budgets", ",".join(N_BUDGETS),
-           "--seeds", SEEDS, "--steps", "1", "--no-rollouts", "--no-stack", "--no-cache", "-q"]  # fmt: skip
+           "--seeds", SEEDS, "--steps", "1", "--no-rollouts", "--no-stack", "--no-cache",
+           "-q"]  # fmt: skip
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
