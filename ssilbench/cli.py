@@ -511,7 +511,14 @@ def _run_with_progress(
     show_default=True,
     help="'score' (normalised) or an environment metric such as test_accuracy.",
 )
-def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
+@click.option(
+    "--compare",
+    nargs=2,
+    default=None,
+    metavar="A B",
+    help="Also give the probability that method label A beats B, per suite and budget.",
+)
+def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare) -> None:
     """Aggregate finished runs into tables: rows = methods, columns = N_L."""
     from ssilbench.leaderboard.render import render
     from ssilbench.leaderboard.table import build_table
@@ -519,7 +526,18 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str) -> None:
 
     with ResultsStore(Path(results), create=False) as store:
         records = store.rows("done")
-    table = build_table(records, metric)
+    pair = tuple(compare) if compare else None
+    if pair is not None:
+        known = sorted({r["method_label"] for r in records})
+        wrong = [m for m in pair if m not in known]
+        if wrong or pair[0] == pair[1]:
+            problem = f"{wrong[0]!r} is not a method label of the store" if wrong else (
+                "compare two different methods")  # fmt: skip
+            raise UsageError(
+                f"--compare A B: {problem}. Labels: {'; '.join(known)} (quote labels with "
+                "spaces, e.g. --compare idm_labeling 'bc (arch=lc)')."
+            )
+    table = build_table(records, metric, pair)
     if metric == "score" and records and not table.tables:
         known = sorted({k for r in records for k in (r.get("metrics") or {})})
         raise UsageError(

@@ -319,3 +319,30 @@ def test_latex_export_is_booktabs_escaped_and_bolds_the_best(table):
     body = render(nasty, "tex")
     assert "<script>" not in body
     assert r"\textless{}script\textgreater{}\_\&\%\$\#\{\}" in body
+
+
+def test_probability_of_improvement_per_suite_and_budget():
+    # Two tasks at N_L=16. 10x10: of the 9 run pairs vm_idm wins 7, ties one (0.6 = 0.6) and
+    # loses one (0.5 < 0.6): 7.5 / 9. 20x20: its one run beats bc's: 1.
+    rows = [record(env, m, "16", v, seed)
+            for env, m, vals in (("maze:10x10", "vm_idm", [0.5, 0.6, 0.7]),
+                                 ("maze:10x10", "bc", [0.2, 0.6, 0.4]),
+                                 ("maze:20x20", "vm_idm", [0.9]), ("maze:20x20", "bc", [0.1]))
+            for seed, v in enumerate(vals)]  # fmt: skip
+    table = build_table(rows, compare=("vm_idm", "bc"))
+    [c] = table.comparisons
+    assert c.scope == "maze:all" and c.tasks == ["10x10", "20x20"]
+    assert c.improvement["16"].value == pytest.approx((7.5 / 9 + 1) / 2)
+    md = to_markdown(table)
+    assert "## P(vm_idm > bc) — maze:all" in md and "| N_L=16 | 0.917 |" in md
+    assert json.loads(to_json(table))["comparisons"][0]["method"] == "vm_idm"
+
+
+def test_compare_flag_errors(cli):
+    out = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--steps", "30",
+                  "-q")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    bad = cli("leaderboard", "--results", str(cli.results), "--compare", "bc", "vm_idm")
+    assert bad.returncode == 2 and "'vm_idm' is not a method label" in bad.stderr
+    same = cli("leaderboard", "--results", str(cli.results), "--compare", "bc", "bc")
+    assert same.returncode == 2 and "two different methods" in same.stderr

@@ -87,6 +87,17 @@ def to_markdown(table: Table) -> str:
         parts.append("\n" + _footnote(t) + "\n")
     for s in table.suites:
         parts.append(_suite_markdown(s))
+    for c in table.comparisons:
+        parts.append(f"## P({_md_escape(c.method)} > {_md_escape(c.other)}) — {c.scope}\n")
+        parts.append("| budget | P(X > Y) | 95% interval |")
+        parts.append("|---|---:|---:|")
+        for budget, iv in c.improvement.items():
+            parts.append(f"| N_L={budget} | {iv.value:.3f} | [{iv.low:.3f}, {iv.high:.3f}] |")
+        parts.append(
+            "\nProbability that a run of the first method scores higher than a run of the "
+            "second on the same task (ties count one half), averaged over tasks; stratified "
+            "bootstrap interval.\n"
+        )
     return "\n".join(parts)
 
 

@@ -63,14 +63,27 @@ class SuiteTable:
 
 
 @dataclass
+class Comparison:
+    """P(X > Y) of two methods over the tasks of a suite (or one task), per budget."""
+
+    scope: str
+    method: str
+    other: str
+    tasks: list[str]
+    improvement: dict[str, Interval] = field(default_factory=dict)  # budget -> P(X > Y)
+
+
+@dataclass
 class Table:
     tables: list[EnvTable]
     suites: list[SuiteTable] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "tables": [asdict(t) for t in self.tables],
             "suites": [asdict(s) for s in self.suites],
+            "comparisons": [asdict(c) for c in self.comparisons],
         }
 
 
@@ -109,8 +122,13 @@ def _distinguish(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Table:
-    """Aggregate finished run records (rows of the results store) into tables."""
+def build_table(
+    records: Iterable[dict[str, Any]],
+    metric: str = "score",
+    compare: tuple[str, str] | None = None,
+) -> Table:
+    """Aggregate finished run records (rows of the results store) into tables; with
+    ``compare`` (two method labels), the probability that the first beats the second."""
     records = _distinguish(list(records))
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
@@ -160,7 +178,30 @@ def build_table(records: Iterable[dict[str, Any]], metric: str = "score") -> Tab
             for c in column:
                 c.best = abs(c.mean - top) <= 1e-12
         tables.append(table)
-    return Table(tables, _suites(tables, values, metric))
+    suites = _suites(tables, values, metric)
+    return Table(tables, suites, _compare(tables, values, compare) if compare else [])
+
+
+def _compare(tables: list[EnvTable], values, pair: tuple[str, str]) -> list[Comparison]:
+    """Per suite of two tasks or more, else per environment: P(pair[0] > pair[1])."""
+    a, b = pair
+    scopes: dict[str, list[EnvTable]] = defaultdict(list)
+    for t in tables:
+        scopes[suite_of(t.env)[0]].append(t)
+    out = []
+    for name, envs in sorted(scopes.items()):
+        for scope, members in ([(name, envs)] if len(envs) > 1 else
+                               [(t.env, [t]) for t in envs]):  # fmt: skip
+            c = Comparison(scope, a, b, [suite_of(t.env)[1] for t in members])
+            budgets = sorted({x for t in members for x in t.budgets}, key=budget_sort_key)
+            for budget in budgets:
+                xs = [values[t.env].get(a, {}).get(budget) for t in members]
+                ys = [values[t.env].get(b, {}).get(budget) for t in members]
+                if all(xs) and all(ys):
+                    c.improvement[budget] = bootstrap("probability_of_improvement", xs, ys)
+            if c.improvement:
+                out.append(c)
+    return out
 
 
 def suite_of(env_label: str) -> tuple[str, str]:
