@@ -207,3 +207,21 @@ def test_status_counts_a_sweep_files_runs(tmp_path, capsys):
     assert "min to go: 12 runs" in out
     code, err = _cli(capsys, "status", "--quick", *common)
     assert code == 2 and "--quick needs --sweep" in err
+
+
+@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path(__file__).parent.parent
+                                        .joinpath("benchmarks", "paper").glob("*.toml")),
+                         ids=lambda p: p.stem)  # fmt: skip
+def test_paper_studies_label_every_method_their_claims_name(path, tmp_path):
+    # A claim names display labels; every method of the study must get one, or its claims
+    # would silently find no runs.
+    from ssilbench.runner.sweep import run_label
+
+    sweep_file = load_sweep_file(path)
+    plan, _ = plan_blocks(load_plugins(), sweep_file, path, tmp_path / "data", quick=False)
+    shown = {sweep_file.display(run_label(plan, spec)[0]) for spec in plan.runs}
+    unlabeled = sorted(m for m in shown if m not in sweep_file.labels.values())
+    assert not unlabeled, f"no display label for {unlabeled}"
+    for claim in sweep_file.claim:
+        assert claim.method in shown, claim.text
+        assert not claim.other or claim.other in shown, claim.text
