@@ -143,17 +143,6 @@ def test_stacked_runs_match_runs_fitted_one_by_one(data_root, method):
             assert b.metrics[key] == pytest.approx(a.metrics[key], abs=1e-4)
 
 
-def test_width_groups_bound_the_padding():
-    from ssilbench.train.batched import _width_groups
-
-    widths = [64, 1273, 127, 955, 64, 32, 32, 255]
-    groups = _width_groups(widths)
-    assert sorted(r for g in groups for r in g) == list(range(len(widths)))
-    for g in groups:
-        assert max(widths[r] for r in g) <= 1.5 * min(widths[r] for r in g)
-    assert [widths[r] for r in groups[0]] == [32, 32]
-
-
 def test_stopping_rule_ends_converged_stages_early(data_root):
     sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"], seeds=[0], steps=3000,
                   stop_early=True, config={"arch": "mlp5"})  # fmt: skip

@@ -55,9 +55,17 @@ def fit_classifier(
     def accuracy() -> float:
         return float((net(inputs).argmax(-1) == wanted).float().mean())
 
+    return _reused_or_optimised("classifier", net, inputs, targets, budget, loss, accuracy,
+                                lr=lr, batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+
+
+def _reused_or_optimised(trainer, net, inputs, targets, budget, loss, accuracy, *, lr,
+                         batch_size, seed, rule) -> float:  # fmt: skip
+    """``optimise``, or the weights of the identical stage trained before (its last loss is
+    then unknown: NaN); a stage trained here is kept for reuse (``ssilbench.train.memo``)."""
     cache = reusable(budget)
     if cache is not None:
-        key = stage_key(cache, "classifier", net, inputs, targets, budget, lr=lr,
+        key = stage_key(cache, trainer, net, inputs, targets, budget, lr=lr,
                         batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
         if cache.restore(key, net, budget):
             return float("nan")
@@ -86,19 +94,8 @@ def fit_regressor(
     def loss(rows):
         return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
 
-    cache = reusable(budget)
-    if cache is not None:
-        key = stage_key(cache, "regressor", net, inputs, targets, budget, lr=lr,
-                        batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
-        if cache.restore(key, net, budget):
-            return float("nan")
-    last = optimise(
-        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
-        rule=rule,
-    )  # fmt: skip
-    if cache is not None:
-        cache.save(key, net, budget)
-    return last
+    return _reused_or_optimised("regressor", net, inputs, targets, budget, loss, None, lr=lr,
+                                batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
 
 
 @torch.no_grad()
