@@ -52,10 +52,11 @@ def _overhead(tmp_path: Path, parallel: int | None, *extra: str) -> dict[str, fl
     _sweep(tmp_path / "warm", data)  # the dataset exists before anything is timed
     full = _sweep(tmp_path / "r", data, *extra)
     empty = _sweep(tmp_path / "r", data, *extra)
+    # A job array's results are recorded in submission order once jobs end, so the time
+    # between finishes says nothing there (parallel None).
+    steady = _steady(tmp_path / "r", parallel) if parallel else float("nan")
     return {"sweep_s": full, "startup_s": empty, "per_run_s": (full - empty) / N,
-            # A job array's results are recorded in submission order once jobs end, so the
-            # time between finishes says nothing there.
-            "steady_per_run_s": _steady(tmp_path / "r", parallel) if parallel else float("nan")}  # fmt: skip
+            "steady_per_run_s": steady}  # fmt: skip
 
 
 @pytest.mark.parametrize("executor", ["local", "local-2-workers", "ray", "slurm-local"])
