@@ -821,9 +821,10 @@ def status(state: State, results: str, sweep_file, quick, data_root) -> None:
     """Progress of the sweeps writing to a results store, from any machine that sees it:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
+    import socket
     import time
 
-    from ssilbench.runner.store import STATUSES, ResultsStore
+    from ssilbench.runner.store import STATUSES, ResultsStore, process_alive
 
     planned: set[str] | None = None
     if sweep_file is not None:
@@ -835,6 +836,12 @@ def status(state: State, results: str, sweep_file, quick, data_root) -> None:
         raise UsageError("--quick needs --sweep FILE.")
     with ResultsStore(Path(results), create=False) as store:
         rows = [r for r in store.rows(None) if planned is None or r["run_id"] in planned]
+    # A run left 'running' by a process of this host that is gone was interrupted (the next
+    # sweep marks it so); processes of other hosts cannot be checked from here.
+    host = socket.gethostname()
+    for r in rows:
+        if r["status"] == "running" and r["host"] == host and not process_alive(r["pid"]):
+            r["status"] = "interrupted"
     by = {s: [r for r in rows if r["status"] == s] for s in STATUSES}
     to_go = (len(planned) - len(by["done"])) if planned is not None else (
         len(by["running"]) + len(by["interrupted"]))  # fmt: skip

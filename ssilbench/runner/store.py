@@ -198,7 +198,7 @@ class ResultsStore:
         stale = [
             r["run_id"]
             for r in self.db.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'")
-            if r["host"] == host and not _alive(r["pid"])
+            if r["host"] == host and not process_alive(r["pid"])
         ]
         with self.transaction() as db:
             db.executemany(
@@ -234,7 +234,7 @@ class ResultsStore:
                 "SELECT status, host, pid FROM runs WHERE run_id = ?", (spec.run_id,)
             ).fetchone()
             if row is not None:
-                elsewhere = row["host"] != host or (row["pid"] != pid and _alive(row["pid"]))
+                elsewhere = row["host"] != host or (row["pid"] != pid and process_alive(row["pid"]))
                 if (
                     row["status"] == "done"
                     or (row["status"] == "failed" and not retry_failed)
@@ -334,7 +334,7 @@ class ResultsStore:
             )
 
 
-def _alive(pid: int | None) -> bool:
+def process_alive(pid: int | None) -> bool:
     if not pid:
         return False
     try:
