@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import re
 
 import pytest
 
@@ -346,3 +347,24 @@ def test_compare_flag_errors(cli):
     assert bad.returncode == 2 and "'vm_idm' is not a method label" in bad.stderr
     same = cli("leaderboard", "--results", str(cli.results), "--compare", "bc", "bc")
     assert same.returncode == 2 and "two different methods" in same.stderr
+
+
+def test_figure_legend_names_methods_of_every_panel(tmp_path):
+    # A method drawn only in a later panel must be in the legend, in its own colour.
+    pytest.importorskip("matplotlib")
+    from ssilbench.leaderboard.figures import Panel, Series, draw
+
+    def panel(title, *names):
+        p = Panel(title)
+        for n in names:
+            s = p.series.setdefault(n, Series(n))
+            s.points["0.5"] += [0.4, 0.6]
+            s.points["1.0"] += [0.8]
+        return p
+
+    [_, svg] = draw([panel("positions", "BC (LC)"), panel("images", "BC (1L CNN)")], "t",
+                    "test_accuracy", "train split", tmp_path / "f")  # fmt: skip
+    text = svg.read_text()
+    assert "BC (LC)" in text and "BC (1L CNN)" in text
+    strokes = set(re.findall(r"stroke: (#[0-9a-f]{6})", text))
+    assert {"#1f77b4", "#ff7f0e"} <= strokes  # two methods, two colours

@@ -67,18 +67,26 @@ def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) 
     fig, axes = plt.subplots(
         rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True
     )
+    # One colour per method across every panel, so that the one legend is right for all.
+    names = list(dict.fromkeys(name for panel in panels for name in panel.series))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {name: palette[i % len(palette)] for i, name in enumerate(names)}
+    handles = {}
     for ax, panel in zip(axes.flat, panels, strict=False):
         for series in panel.series.values():
             summary = series.summary()
             xs = [_x(b) for b, *_ in summary]
             means = [m for _, m, _, _ in summary]
             spread = [c or 0.0 for _, _, c, _ in summary]
-            ax.plot(xs, means, marker="o", markersize=3, label=series.label)
+            tint = colour[series.label]
+            (handles[series.label],) = ax.plot(xs, means, marker="o", markersize=3,
+                                               label=series.label, color=tint)  # fmt: skip
             ax.fill_between(
                 xs,
                 [m - c for m, c in zip(means, spread, strict=True)],
                 [m + c for m, c in zip(means, spread, strict=True)],
                 alpha=0.2,
+                color=tint,
             )
         if any(_x(b) > 1 for s in panel.series.values() for b in s.points):
             ax.set_xscale("log", base=2)
@@ -92,9 +100,8 @@ def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) 
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(metric.replace("_", " "))
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8,
-               frameon=False)  # fmt: skip
+    fig.legend([handles[n] for n in names], names, loc="lower center",
+               ncol=min(4, len(names)), fontsize=8, frameon=False)  # fmt: skip
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     out.parent.mkdir(parents=True, exist_ok=True)
