@@ -337,6 +337,9 @@ def test_probability_of_improvement_per_suite_and_budget():
     md = to_markdown(table)
     assert "## P(vm_idm > bc) — maze:all" in md and "| N_L=16 | 0.917 |" in md
     assert json.loads(to_json(table))["comparisons"][0]["method"] == "vm_idm"
+    [row] = [r for r in csv.DictReader(io.StringIO(to_csv(table))) if r["kind"] == "comparison"]
+    assert row["method"] == "vm_idm > bc" and float(row["mean"]) == pytest.approx(0.9167, abs=1e-4)
+    assert "P(vm_idm &gt; bc) — maze:all" in render(table, "html")
 
 
 def test_compare_flag_errors(cli):

@@ -233,6 +233,20 @@ def to_html(table: Table) -> str:
         body.append(_efficiency_figure(t))
     for s in table.suites:
         body.append(_suite_section(s))
+    for c in table.comparisons:
+        rows = "".join(
+            f'<tr><td data-value="{escape(b)}">N_L={escape(b)}</td>'
+            f'<td data-value="{_num(iv.value)}">{iv.value:.3f} '
+            f"<span class=note>[{iv.low:.3f}, {iv.high:.3f}]</span></td></tr>"
+            for b, iv in c.improvement.items()
+        )
+        body.append(
+            f"<h2>P({escape(c.method)} &gt; {escape(c.other)}) — {escape(c.scope)}</h2>"
+            '<table class="sortable"><thead><tr><th>budget</th><th>P(X &gt; Y)</th></tr>'
+            f"</thead><tbody>{rows}</tbody></table><p class=note>Probability that a run of the "
+            "first method scores higher than a run of the second on the same task (ties count "
+            "one half), averaged over tasks; 95% stratified-bootstrap interval.</p>"
+        )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

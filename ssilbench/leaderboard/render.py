@@ -145,6 +145,13 @@ def to_csv(table: Table) -> str:
                      "" if ci is None else f"{cell.mean + ci:.6g}",
                      cell.n, int(cell.best), "" if auc is None else f"{auc:.6g}", norm]
                 )  # fmt: skip
+    for c in table.comparisons:
+        for budget, iv in c.improvement.items():
+            writer.writerow(
+                ["comparison", c.scope, f"{c.method} > {c.other}", budget, "",
+                 "probability_of_improvement", f"{iv.value:.6g}", "", f"{iv.low:.6g}",
+                 f"{iv.high:.6g}", "", "", "", ""]
+            )  # fmt: skip
     for s in table.suites:
         for statistic, values in (("iqm", s.iqm), ("optimality_gap", s.optimality_gap)):
             for method in s.methods:
