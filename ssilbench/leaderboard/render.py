@@ -228,11 +228,11 @@ def to_tex(table: Table) -> str:
         parts.append(_tex_table(caption, header, rows))
     for s in table.suites:
         header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in s.budgets)]
+        best = {b: max((s.iqm[m][b].value for m in s.methods if b in s.iqm.get(m, {})),
+                       default=None) for b in s.budgets}  # fmt: skip
         rows = []
         for method in s.methods:
             cells = s.iqm.get(method, {})
-            best = {b: max((s.iqm[m][b].value for m in s.methods if b in s.iqm.get(m, {})),
-                           default=None) for b in s.budgets}  # fmt: skip
             row = [tex_escape(method)]
             for b in s.budgets:
                 iv = cells.get(b)

@@ -185,11 +185,8 @@ def build_table(
 def _compare(tables: list[EnvTable], values, pair: tuple[str, str]) -> list[Comparison]:
     """Per suite of two tasks or more, else per environment: P(pair[0] > pair[1])."""
     a, b = pair
-    scopes: dict[str, list[EnvTable]] = defaultdict(list)
-    for t in tables:
-        scopes[suite_of(t.env)[0]].append(t)
     out = []
-    for name, envs in sorted(scopes.items()):
+    for name, envs in _by_suite(tables):
         for scope, members in ([(name, envs)] if len(envs) > 1 else
                                [(t.env, [t]) for t in envs]):  # fmt: skip
             c = Comparison(scope, a, b, [suite_of(t.env)[1] for t in members])
@@ -204,6 +201,14 @@ def _compare(tables: list[EnvTable], values, pair: tuple[str, str]) -> list[Comp
     return out
 
 
+def _by_suite(tables: list[EnvTable]) -> list[tuple[str, list[EnvTable]]]:
+    """The environment tables grouped by suite name, in name order."""
+    members: dict[str, list[EnvTable]] = defaultdict(list)
+    for t in tables:
+        members[suite_of(t.env)[0]].append(t)
+    return sorted(members.items())
+
+
 def suite_of(env_label: str) -> tuple[str, str]:
     """(suite name, task) of an environment label: 'maze:10x10 (state=image)' is the task
     '10x10' of the suite 'maze:all (state=image)'."""
@@ -213,11 +218,8 @@ def suite_of(env_label: str) -> tuple[str, str]:
 
 
 def _suites(tables: list[EnvTable], values, metric: str) -> list[SuiteTable]:
-    members: dict[str, list[EnvTable]] = defaultdict(list)
-    for t in tables:
-        members[suite_of(t.env)[0]].append(t)
     out = []
-    for name, envs in sorted(members.items()):
+    for name, envs in _by_suite(tables):
         if len(envs) < 2:
             continue
         methods = sorted({m for t in envs for m in t.methods})
