@@ -12,6 +12,7 @@ import math
 from torch import nn
 
 from ssilbench.api import Architecture
+from ssilbench_baselines.conv_max import ConvGlobalMax
 
 
 class _DenseDefaults(Architecture):
@@ -45,18 +46,13 @@ class MLP5(_DenseDefaults):
         return nn.Sequential(*layers)
 
 
-class _GlobalMaxPool(nn.Module):
-    def forward(self, x):
-        return x.amax(dim=(-2, -1))
-
-
 class CNN1(Architecture):
     description = "conv3x3 (no padding) to `out` channels, global max-pool"
     input_kinds = ("image",)
     lr = 1e-4
 
     def build(self, in_shape: tuple[int, ...], out: int) -> nn.Module:
-        return nn.Sequential(nn.Conv2d(in_shape[0], out, kernel_size=3), _GlobalMaxPool())
+        return ConvGlobalMax(in_shape[0], out, kernel=3)
 
     def batch_size(self, n: int) -> int:
         return min(32, n)

@@ -8,11 +8,17 @@ and Adam is elementwise, so every run follows exactly the updates it would get a
 
 Runs that stop early (``ssilbench.train.loop.StoppingRule``) leave the stack while the
 others go on.
+
+A module may bring its own stacked computation: ``stacked_encode(inputs)`` turns the runs'
+input tensors into rows once (or returns None to decline), and
+``stacked_forward(params, rows, context)`` computes every run's outputs from its stacked
+parameters; it must compute the same function as the module's own forward.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +33,7 @@ from ssilbench.train.memo import StageCache, reusable, stage_key
 class Stacked(nn.Module):
     """R copies of one module with separate parameters, applied to inputs of shape (R, B, ...)."""
 
-    def __init__(self, nets: list[nn.Module]) -> None:
+    def __init__(self, nets: list[nn.Module], context: Any = None) -> None:
         super().__init__()
         params, buffers = stack_module_state(nets)
         self.params = nn.ParameterDict(
@@ -37,12 +43,15 @@ class Stacked(nn.Module):
         # Kept out of the module tree: the template has no data (meta) and must not move.
         self._template = (copy.deepcopy(nets[0]).to("meta"),)
         self.count = len(nets)
+        self.context = context  # from the module's ``stacked_encode``; None: vmap
 
     def _state(self):
         return {k.replace("/", "."): v for k, v in self.params.items()}, self.buffers_
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         params, buffers = self._state()
+        if self.context is not None:
+            return self._template[0].stacked_forward(params, x, self.context)
 
         def one(p, b, xi):
             return functional_call(self._template[0], (p, b), (xi,))
@@ -130,8 +139,11 @@ def _width_groups(widths: list[int], slack: float = 1.5) -> list[list[int]]:
 class _Group:
     """The stacked state of the runs still training: modules, Adam moments, padded data."""
 
-    def __init__(self, nets, inputs, targets, samplers, lr: float, runs: list[int]) -> None:
+    def __init__(
+        self, nets, inputs, targets, samplers, lr: float, runs: list[int], context: Any = None
+    ) -> None:
         self.runs = runs  # positions in the caller's lists
+        self.context = context
         self.nets = [nets[r] for r in runs]
         self.samplers = [samplers[r] for r in runs]
         self.x, self.mask = _padded([inputs[r] for r in runs])
@@ -139,7 +151,7 @@ class _Group:
         self.counts = self.mask.sum(1).cpu()
         self.sizes = torch.tensor([s.batch_size for s in self.samplers])
         self.full = bool((self.sizes >= self.counts).all())
-        self.stacked = Stacked(self.nets)
+        self.stacked = Stacked(self.nets, context)
         self.optimiser = adam(list(self.stacked.parameters()), lr)
 
     def without(self, gone: list[int], nets, inputs, targets, samplers, lr: float) -> _Group:
@@ -147,7 +159,8 @@ class _Group:
         so the remaining runs' updates do not change)."""
         self.stacked.unstack(self.nets)
         keep = [i for i, r in enumerate(self.runs) if r not in gone]
-        smaller = _Group(nets, inputs, targets, samplers, lr, [self.runs[i] for i in keep])
+        runs = [self.runs[i] for i in keep]
+        smaller = _Group(nets, inputs, targets, samplers, lr, runs, self.context)
         index = torch.tensor(keep, device=self.x.device)
         old = list(self.stacked.parameters())
         for before, after in zip(old, smaller.stacked.parameters(), strict=True):
@@ -179,7 +192,11 @@ def _fit_group(
         BatchSampler(len(x), size, seed)
         for x, size, seed in zip(inputs, batch_sizes, seeds, strict=True)
     ]
-    g = _Group(nets, inputs, targets, samplers, lr, list(range(len(nets))))
+    context = None
+    encode = getattr(nets[0], "stacked_encode", None)
+    if encode is not None and (encoded := encode(inputs)) is not None:
+        inputs, context = encoded  # encoded once; runs leaving the stack keep their rows
+    g = _Group(nets, inputs, targets, samplers, lr, list(range(len(nets))), context)
     last_loss = {r: float("inf") for r in g.runs}
     steps = max(b.remaining for b in budgets)
 
