@@ -52,7 +52,7 @@ def test_stacked_fast_path_gives_the_vmap_outputs_and_gradients():
     x, y = _maze_pairs()
     nets = _nets(3, 6)
     inputs = [x[:20], x[5:40], x[30:]]
-    rows, table = nets[0].stacked_encode(inputs)
+    rows, table = nets[0].stacked_encode(inputs, 8)
     fast, plain = Stacked(nets, table), Stacked(_nets(3, 6))
     batch = torch.stack([i[:8] for i in inputs])
     batch_rows = torch.stack([r[:8] for r in rows])

@@ -13,6 +13,7 @@ from torch import nn
 
 from ssilbench.api import Architecture
 from ssilbench_baselines.conv_max import ConvGlobalMax
+from ssilbench_baselines.distinct_rows import RowwiseSequential
 
 
 class _DenseDefaults(Architecture):
@@ -27,7 +28,7 @@ class LinearClassifier(_DenseDefaults):
     input_kinds = ("vector",)
 
     def build(self, in_shape: tuple[int, ...], out: int) -> nn.Module:
-        return nn.Sequential(nn.Flatten(), nn.Linear(math.prod(in_shape), out))
+        return RowwiseSequential(nn.Flatten(), nn.Linear(math.prod(in_shape), out))
 
 
 class MLP5(_DenseDefaults):
@@ -43,7 +44,7 @@ class MLP5(_DenseDefaults):
             layers += [nn.Linear(width, self.hidden), nn.ReLU()]
             width = self.hidden
         layers.append(nn.Linear(width, out))
-        return nn.Sequential(*layers)
+        return RowwiseSequential(*layers)
 
 
 class CNN1(Architecture):

@@ -44,7 +44,7 @@ class ConvGlobalMax(nn.Sequential):
         self.kernel = kernel
 
     def stacked_encode(
-        self, inputs: list[torch.Tensor]
+        self, inputs: list[torch.Tensor], batch: int
     ) -> tuple[list[torch.Tensor], PatchTable] | None:
         """Per run, each image as the ids of its distinct patches (padded by repeating one of
         its own ids, which leaves a maximum unchanged), and the table those ids index; None

@@ -9,8 +9,9 @@ and Adam is elementwise, so every run follows exactly the updates it would get a
 Runs that stop early (``ssilbench.train.loop.StoppingRule``) leave the stack while the
 others go on.
 
-A module may bring its own stacked computation: ``stacked_encode(inputs)`` turns the runs'
-input tensors into rows once (or returns None to decline), and
+A module may bring its own stacked computation: ``stacked_encode(inputs, batch)`` turns the
+runs' input tensors into rows once, knowing the group's widest minibatch (or returns None to
+decline), and
 ``stacked_forward(params, rows, context)`` computes every run's outputs from its stacked
 parameters; it must compute the same function as the module's own forward.
 """
@@ -194,7 +195,8 @@ def _fit_group(
     ]
     context = None
     encode = getattr(nets[0], "stacked_encode", None)
-    if encode is not None and (encoded := encode(inputs)) is not None:
+    width = max(min(size, len(x)) for size, x in zip(batch_sizes, inputs, strict=True))
+    if encode is not None and (encoded := encode(inputs, width)) is not None:
         inputs, context = encoded  # encoded once; runs leaving the stack keep their rows
     g = _Group(nets, inputs, targets, samplers, lr, list(range(len(nets))), context)
     last_loss = {r: float("inf") for r in g.runs}
