@@ -57,6 +57,7 @@ __all__ = [
     "UsageError",
     "VideoModel",
     "hookimpl",
+    "provides",
     "unknown",
 ]
 
@@ -185,6 +186,39 @@ class Task(ABC):
         """
         return {}
 
+    # --- optional: datasets made by rolling out a policy, and experts to roll out ---------
+    # The CLI offers ``ssilbench data collect`` and ``ssilbench expert train`` for a task
+    # that overrides these; the defaults say the task has none.
+
+    ExpertConfig: ClassVar[type[BaseModel] | None] = None
+    """Settings of :meth:`train_expert` (``-c KEY=VALUE`` on the command line), with defaults."""
+
+    def collect_dataset(
+        self,
+        policy: Path,
+        frames: int,
+        root: Path,
+        seed: int = 0,
+        replace: bool = False,
+        device: torch.device | None = None,
+        log: Callable[[str], None] = print,
+    ) -> TransitionStore:
+        """Roll out the policy checkpoint ``policy`` until ``frames`` frames are stored, as the
+        dataset :meth:`dataset` opens under ``root``. Refuse (UsageError) a checkpoint this
+        task cannot run, naming the file and what it expected."""
+        raise NotImplementedError
+
+    def train_expert(
+        self,
+        config: BaseModel,
+        out: Path,
+        device: torch.device | None = None,
+        log: Callable[[str], None] = print,
+    ) -> Path:
+        """Train (or resume, when ``out`` exists) an expert whose checkpoint
+        :meth:`collect_dataset` accepts; ``config`` is an :attr:`ExpertConfig`."""
+        raise NotImplementedError
+
 
 class Environment(ABC):
     """An environment family: ``maze``, ``procgen``, ... Its tasks are ``family:task``."""
@@ -199,6 +233,21 @@ class Environment(ABC):
     @abstractmethod
     def load(self, task: str, options: BaseModel) -> Task:
         """The task with validated options applied."""
+
+    def import_dataset(
+        self,
+        source: Path,
+        root: Path,
+        tasks: list[str],
+        options: BaseModel,
+        replace: bool = False,
+        log: Callable[[str], None] = print,
+    ) -> list[TransitionStore]:
+        """Optional: import expert data kept elsewhere (a download) from the folder ``source``
+        for ``tasks``, as the datasets their :meth:`Task.dataset` opens under ``root``
+        (``ssilbench data import FAMILY``). Every problem with the files is a DatasetError
+        naming the file and what was expected, and leaves no store that looks complete."""
+        raise NotImplementedError
 
 
 class Policy(ABC):
@@ -324,3 +373,10 @@ class RunContext:
         g = torch.Generator(device="cpu")
         g.manual_seed(self.seed * 1_000_003 + salt)
         return g
+
+
+def provides(obj: Task | Environment, method: str) -> bool:
+    """Whether a task or environment implements one of its optional methods
+    (``import_dataset``, ``collect_dataset``, ``train_expert``)."""
+    base = Task if isinstance(obj, Task) else Environment
+    return getattr(type(obj), method, None) is not getattr(base, method, None)

@@ -704,6 +704,173 @@ def data_build(state: State, env_ids: str, options, data_root: str, rebuild: boo
         )
 
 
+def _log(state: State):
+    """Progress lines on stderr, or nothing with --quiet."""
+    return (lambda line: None) if state.quiet else (lambda line: click.echo(line, err=True))
+
+
+def _configured_task(state: State, env_id: str, options):
+    """(family, task name, Task) of one ``family:task`` id with its ``-o`` options applied."""
+    from ssilbench.registry import split_env_id
+    from ssilbench.runner.plan import _expand_envs, parse_assignments, validate_model
+
+    family, task_name = split_env_id(env_id)
+    if task_name == "all":
+        raise UsageError(f"Give one task, e.g. '{family}:TASK', not '{env_id}'.")
+    ((family, task_name),) = _expand_envs(state.plugins, [env_id])
+    environment = state.plugins.environments.create(family)
+    values = parse_assignments(options, "--option")
+    opts = validate_model(environment.Options, values, f"options of environment '{family}'")
+    return family, task_name, environment.load(task_name, opts)
+
+
+@data.command("import")
+@click.argument("family")
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Folder holding the data in the environment's published layout.",
+)
+@click.option(
+    "--games",
+    "--tasks",
+    "tasks",
+    default=None,
+    help="Comma-separated tasks to import [default: every one found].",
+)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment option, e.g. -o dataset=NAME.",
+)
+@click.option("--data-root", default=DEFAULT_DATA, show_default=True)
+@click.option("--replace", is_flag=True, help="Import again over datasets already imported.")
+@click.pass_obj
+def data_import(state: State, family: str, source: str, tasks, options, data_root: str,
+                replace: bool) -> None:  # fmt: skip
+    """Import the expert data of FAMILY (e.g. procgen) from a local folder (a download)."""
+    from ssilbench.api import provides
+    from ssilbench.runner.plan import _expand_envs, parse_assignments, validate_model
+
+    if ":" in family:
+        raise UsageError(f"'data import' takes a family, e.g. 'procgen'; pick tasks with "
+                         f"--games, not {family!r}.")  # fmt: skip
+    environment = state.plugins.environments.create(family)
+    if not provides(environment, "import_dataset"):
+        raise UsageError(f"Environment '{family}' has no importer: its datasets are built "
+                         f"with 'ssilbench data build {family}:all'.")  # fmt: skip
+    chosen: list[str] = []
+    if tasks is not None:
+        ids = [f"{family}:{t}" for t in _csv(tasks, "task", "--games bigfish,coinrun")]
+        chosen = [t for _, t in _expand_envs(state.plugins, ids)]
+    values = parse_assignments(options, "--option")
+    opts = validate_model(environment.Options, values, f"options of environment '{family}'")
+    stores = environment.import_dataset(Path(source), Path(data_root).expanduser(), chosen, opts,
+                                        replace=replace, log=_log(state))  # fmt: skip
+    for store in stores:
+        click.echo(f"{store.root}: {store.num_frames} frames, {store.num_episodes} episodes, "
+                   f"{store.num_transitions} transitions")  # fmt: skip
+
+
+@data.command("collect")
+@click.argument("env_id")
+@click.option(
+    "--policy",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Checkpoint of the policy to roll out (from 'ssilbench expert train').",
+)
+@click.option("--frames", required=True, type=click.IntRange(min=2), help="Frames to store.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Environment option, e.g. -o dataset=NAME.",
+)
+@click.option("--data-root", default=DEFAULT_DATA, show_default=True)
+@click.option("--replace", is_flag=True, help="Overwrite a dataset of the same name.")
+@click.option("--device", default="cpu", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.pass_obj
+def data_collect(state: State, env_id: str, policy: str, frames: int, seed: int, options,
+                 data_root: str, replace: bool, device: str) -> None:  # fmt: skip
+    """Roll out a policy checkpoint in ENV_ID and store the frames as its dataset."""
+    from ssilbench.api import provides
+
+    family, task_name, task = _configured_task(state, env_id, options)
+    if not provides(task, "collect_dataset"):
+        raise UsageError(f"Environment '{family}' cannot collect datasets from a policy: "
+                         f"use 'ssilbench data build {env_id}'.")  # fmt: skip
+    from ssilbench.runner.worker import resolve_device
+
+    store = task.collect_dataset(Path(policy), frames, Path(data_root).expanduser(), seed=seed,
+                                 replace=replace, device=resolve_device(device),
+                                 log=_log(state))  # fmt: skip
+    click.echo(f"{family}:{task_name}: {store.num_frames} frames, {store.num_episodes} episodes, "
+               f"{store.num_transitions} transitions at {store.root}")  # fmt: skip
+
+
+@cli.group()
+def expert() -> None:
+    """Train the experts whose rollouts 'ssilbench data collect' stores."""
+
+
+@expert.command("train")
+@click.argument("env_id")
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Environment steps in total [default: the expert config's].",
+)
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Checkpoint file; an existing one is resumed "
+              "[default: DATA_ROOT/experts/FAMILY/TASK.pt].")  # fmt: skip
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Expert setting, e.g. -c scale=1 -c num_envs=16.",
+)
+@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE")
+@click.option("--data-root", default=DEFAULT_DATA, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch threads.")
+@click.pass_obj
+def expert_train(state: State, env_id: str, steps, out, config, options, data_root: str,
+                 device: str, threads) -> None:  # fmt: skip
+    """Train (or resume) an expert policy for ENV_ID, checkpointing as it goes."""
+    from ssilbench.api import provides
+    from ssilbench.runner.plan import parse_assignments, validate_model
+
+    family, task_name, task = _configured_task(state, env_id, options)
+    if not provides(task, "train_expert") or task.ExpertConfig is None:
+        raise UsageError(f"Environment '{family}' has no expert trainer.")
+    values = parse_assignments(config, "--config")
+    if steps is not None:
+        values["steps"] = steps
+    cfg = validate_model(task.ExpertConfig, values, f"expert config of {family}:{task_name}")
+    target = Path(out) if out else (
+        Path(data_root).expanduser() / "experts" / family / f"{task_name}.pt")  # fmt: skip
+    import torch
+
+    from ssilbench.runner.worker import resolve_device
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    task.train_expert(cfg, target, device=resolve_device(device), log=_log(state))
+    click.echo(f"{family}:{task_name}: expert checkpoint at {target}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args

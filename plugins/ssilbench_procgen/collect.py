@@ -1,0 +1,91 @@
+"""Datasets made here: rollouts of an expert checkpoint written as a TransitionStore.
+
+Each sub-environment's frames are buffered until its episode ends and then appended as one
+piece, so the store holds whole episodes one after the other although the environments
+step together. The last episode is cut where the requested number of frames is reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ssilbench.data.store import TransitionStore, TransitionStoreWriter
+from ssilbench.data.tensors import as_model_input
+from ssilbench_procgen.games import OBS_SHAPE
+
+
+class _Episode:
+    def __init__(self) -> None:
+        self.obs: list[np.ndarray] = []
+        self.actions: list[int] = []
+        self.rewards: list[float] = []
+
+
+def collect_rollouts(
+    make_env: Callable[[int, int], Any],
+    model: torch.nn.Module,
+    path: Path,
+    frames: int,
+    seed: int,
+    num_envs: int,
+    producer: dict[str, Any],
+    metadata: dict[str, Any],
+    device: torch.device,
+    log: Callable[[str], None] = print,
+) -> TransitionStore:
+    """Roll ``model`` (actions sampled from its logits) until ``frames`` frames are stored."""
+    model = model.to(device).eval()
+    generator = torch.Generator().manual_seed(seed)
+    venv = make_env(num_envs, seed)
+    returns: list[float] = []
+    logged = 0
+    episodes = [_Episode() for _ in range(num_envs)]
+    try:
+        with TransitionStoreWriter(path, OBS_SHAPE, np.uint8, producer, metadata) as writer:
+            obs, _ = venv.reset(seed=seed)
+            while writer.num_frames < frames:
+                with torch.no_grad():
+                    logits, _ = model(as_model_input(obs, device))
+                probs = torch.softmax(logits.cpu(), dim=-1)
+                actions = torch.multinomial(probs, 1, generator=generator).squeeze(-1).numpy()
+                next_obs, reward, terminated, truncated, _ = venv.step(actions)
+                done = np.asarray(terminated) | np.asarray(truncated)
+                for i, episode in enumerate(episodes):
+                    episode.obs.append(obs[i])
+                    episode.actions.append(int(actions[i]))
+                    episode.rewards.append(float(reward[i]))
+                    if done[i]:
+                        returns.append(sum(episode.rewards))
+                        _write(writer, episode, frames - writer.num_frames)
+                        episodes[i] = _Episode()
+                        if writer.num_frames >= frames:
+                            break
+                obs = next_obs
+                if len(returns) >= logged + 10:
+                    logged = len(returns)
+                    log(f"{writer.num_frames}/{frames} frames, {logged} episodes")
+            writer.metadata = {
+                **metadata,
+                "episode_return_mean": float(np.mean(returns)) if returns else None,
+                "complete_episodes": len(returns),
+            }
+            return writer.commit()
+    finally:
+        venv.close()
+
+
+def _write(writer: TransitionStoreWriter, episode: _Episode, room: int) -> None:
+    n = min(len(episode.obs), room)
+    ends = np.zeros(n, dtype=bool)
+    ends[-1] = True
+    writer.append(
+        np.stack(episode.obs[:n]),
+        np.asarray(episode.actions[:n], dtype=np.int64),
+        np.asarray(episode.rewards[:n], dtype=np.float32),
+        ends,
+    )

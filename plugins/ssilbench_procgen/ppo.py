@@ -1,0 +1,289 @@
+"""A lean PPO with the IMPALA-CNN to train Procgen experts (for ``ssilbench data collect``).
+
+Defaults are the PPO settings of the Procgen paper (Cobbe et al. 2020): 64 environments,
+256 steps per rollout, 3 epochs of 8 minibatches, Adam at 5e-4, gamma 0.999, GAE lambda
+0.95, clip 0.2, entropy 0.01, value coefficient 0.5, gradient-norm clip 0.5, IMPALA scale 4
+(use ``scale=1`` and fewer environments for small CPU runs).
+
+The checkpoint is one file written atomically every ``checkpoint_every`` updates and at the
+end; training with the same ``--out`` resumes from it. It records its architecture, so a
+checkpoint of another architecture is refused by name rather than failing on shapes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ssilbench.data.tensors import as_model_input
+from ssilbench.errors import UsageError
+from ssilbench_procgen.expert_config import RESUMABLE, ExpertConfig
+from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
+
+CHECKPOINT_FORMAT = "ssilbench_procgen.ppo-checkpoint"
+CHECKPOINT_VERSION = 1
+ARCHITECTURE = "impala-actor-critic"
+
+
+class ActorCritic(nn.Module):
+    """IMPALA-CNN trunk with a policy head (logits) and a value head."""
+
+    def __init__(self, scale: int, num_actions: int = NUM_ACTIONS) -> None:
+        super().__init__()
+        from ssilbench_baselines.impala import ImpalaTrunk
+
+        self.trunk = ImpalaTrunk(OBS_SHAPE[0], scale=scale, out_features=256)
+        self.policy = nn.Linear(256, num_actions)
+        self.value = nn.Linear(256, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(x)
+        return self.policy(features), self.value(features).squeeze(-1)
+
+
+def architecture_record(scale: int) -> dict[str, Any]:
+    return {"name": ARCHITECTURE, "scale": scale, "in_channels": OBS_SHAPE[0],
+            "num_actions": NUM_ACTIONS}  # fmt: skip
+
+
+def _save(path: Path, payload: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's contents (tensors and plain values only), or a UsageError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"No checkpoint at {path}: train one with 'ssilbench expert train'.")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise UsageError(
+            f"{path} is not a readable checkpoint ({type(exc).__name__}); expected a file "
+            "written by 'ssilbench expert train'."
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise UsageError(
+            f"{path} is not a Procgen expert checkpoint (no '{CHECKPOINT_FORMAT}' format "
+            "record); expected a file written by 'ssilbench expert train procgen:GAME'."
+        )
+    if payload.get("format_version") != CHECKPOINT_VERSION:
+        raise UsageError(
+            f"{path} is a checkpoint of format version {payload.get('format_version')}; this "
+            f"ssilbench reads version {CHECKPOINT_VERSION}. Train the expert again."
+        )
+    return payload
+
+
+def load_expert(path: Path, env_id: str) -> tuple[ActorCritic, dict[str, Any]]:
+    """The policy network of a checkpoint, after checking its architecture and game."""
+    payload = read_checkpoint(path)
+    arch = payload.get("architecture") or {}
+    if arch.get("name") != ARCHITECTURE or arch != architecture_record(arch.get("scale", 0)):
+        raise UsageError(
+            f"Checkpoint {path} has the architecture {arch.get('name', 'unknown')!r} "
+            f"({arch}); collecting needs {ARCHITECTURE!r} with {OBS_SHAPE[0]} input channels "
+            f"and {NUM_ACTIONS} actions, as written by 'ssilbench expert train'."
+        )
+    if payload.get("env_id") != env_id:
+        raise UsageError(
+            f"Checkpoint {path} was trained on {payload.get('env_id')}, not {env_id}; collect "
+            f"with an expert of {env_id}."
+        )
+    model = ActorCritic(arch["scale"])
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, KeyError) as exc:
+        raise UsageError(
+            f"Checkpoint {path} claims {ARCHITECTURE!r} at scale {arch['scale']} but its "
+            f"weights do not fit it ({str(exc).splitlines()[0]})."
+        ) from None
+    return model, payload
+
+
+def _explained(config: ExpertConfig) -> dict[str, Any]:
+    return {k: v for k, v in config.model_dump().items() if k not in RESUMABLE}
+
+
+def train(
+    make_env: Callable[[int, int], Any],
+    env_id: str,
+    config: ExpertConfig,
+    out: Path,
+    device: torch.device,
+    log: Callable[[str], None] = print,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Train (or resume) until ``config.steps`` environment steps; returns the last record.
+
+    ``make_env(num_envs, seed)`` builds the vectorised environment.
+    """
+    out = Path(out)
+    per_update = config.num_envs * config.num_steps
+    total_updates = max(1, -(-config.steps // per_update))
+    torch.manual_seed(config.seed)
+    model = ActorCritic(config.scale).to(device)
+    optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
+    start, history = 0, []
+    if out.exists():
+        payload = read_checkpoint(out)
+        saved = payload.get("config_fixed") or {}
+        wanted = _explained(config)
+        if payload.get("env_id") != env_id or saved != wanted:
+            differ = ", ".join(
+                f"{k}={saved.get(k)!r} there, {wanted.get(k)!r} now"
+                for k in sorted(set(saved) | set(wanted))
+                if saved.get(k) != wanted.get(k)
+            )
+            raise UsageError(
+                f"{out} holds a run of {payload.get('env_id')} with other settings "
+                f"({differ or 'environment ' + env_id + ' now'}); resume it with the same "
+                "settings (-c KEY=VALUE) or choose another --out."
+            )
+        model.load_state_dict(payload["model"])
+        optimiser.load_state_dict(payload["optimizer"])
+        torch.set_rng_state(payload["torch_rng"])
+        start, history = int(payload["updates"]), list(payload["history"])
+        log(f"resuming {out} at update {start} ({start * per_update} steps)")
+    if start >= total_updates:
+        log(f"{out} already has {start * per_update} steps (>= {config.steps}); nothing to do")
+        return history[-1] if history else {}
+
+    # A resumed run restarts its environments on fresh levels: procgen states are not saved.
+    venv = make_env(config.num_envs, config.seed * 1_000_003 + start)
+    generator = torch.Generator().manual_seed(config.seed * 7919 + start)
+    obs, _ = venv.reset(seed=config.seed * 1_000_003 + start)
+    episode_return = np.zeros(config.num_envs)
+    finished: list[float] = []
+    t0 = time.monotonic()
+
+    def payload(updates: int) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "format_version": CHECKPOINT_VERSION,
+            "architecture": architecture_record(config.scale),
+            "env_id": env_id,
+            "config": config.model_dump(),
+            "config_fixed": _explained(config),
+            "updates": updates,
+            "frames": updates * per_update,
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "optimizer": optimiser.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "history": history,
+            **(extra or {}),
+        }
+
+    try:
+        for update in range(start, total_updates):
+            batch = _rollout(model, venv, obs, config, device, generator, episode_return,
+                             finished)  # fmt: skip
+            obs = batch.pop("next_obs")
+            stats = _optimise(model, optimiser, batch, config, device, generator)
+            recent = finished[-100:]
+            record = {
+                "update": update + 1,
+                "frames": (update + 1) * per_update,
+                "mean_return": float(np.mean(recent)) if recent else float("nan"),
+                "episodes": len(finished),
+                **stats,
+            }
+            history.append(record)
+            log(
+                f"update {update + 1}/{total_updates}  steps {record['frames']}  "
+                f"return(last 100) {record['mean_return']:.2f}  "
+                f"{per_update * (update + 1 - start) / (time.monotonic() - t0):.0f} steps/s"
+            )
+            if (update + 1) % config.checkpoint_every == 0 or update + 1 == total_updates:
+                _save(out, payload(update + 1))
+    finally:
+        venv.close()
+    return history[-1]
+
+
+def _rollout(model, venv, obs, config, device, generator, episode_return, finished):
+    t, e = config.num_steps, config.num_envs
+    frames = np.empty((t, e, *OBS_SHAPE), dtype=np.uint8)
+    actions = torch.empty((t, e), dtype=torch.long)
+    logps = torch.empty((t, e))
+    values = torch.empty((t + 1, e))
+    rewards = torch.empty((t, e))
+    dones = torch.empty((t, e))
+    model.eval()
+    with torch.no_grad():
+        for step in range(t):
+            frames[step] = obs
+            logits, value = model(as_model_input(obs, device))
+            dist = torch.distributions.Categorical(logits=logits.cpu())
+            action = torch.multinomial(dist.probs, 1, generator=generator).squeeze(-1)
+            actions[step], logps[step], values[step] = action, dist.log_prob(action), value.cpu()
+            obs, reward, terminated, truncated, _ = venv.step(action.numpy())
+            done = np.asarray(terminated) | np.asarray(truncated)
+            rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+            dones[step] = torch.as_tensor(done, dtype=torch.float32)
+            episode_return += reward
+            finished.extend(episode_return[done].tolist())
+            episode_return[done] = 0.0
+        values[t] = model(as_model_input(obs, device))[1].cpu()
+    advantages = torch.zeros((t, e))
+    running = torch.zeros(e)
+    for step in reversed(range(t)):
+        live = 1.0 - dones[step]
+        delta = rewards[step] + config.gamma * values[step + 1] * live - values[step]
+        running = delta + config.gamma * config.gae_lambda * live * running
+        advantages[step] = running
+    return {
+        "frames": frames.reshape(t * e, *OBS_SHAPE),
+        "actions": actions.flatten(),
+        "logps": logps.flatten(),
+        "advantages": advantages.flatten(),
+        "returns": (advantages + values[:t]).flatten(),
+        "next_obs": obs,
+    }
+
+
+def _optimise(model, optimiser, batch, config, device, generator) -> dict[str, float]:
+    model.train()
+    n = len(batch["actions"])
+    losses = []
+    for _ in range(config.epochs):
+        order = torch.randperm(n, generator=generator)
+        for rows in torch.tensor_split(order, config.minibatches):
+            if len(rows) == 0:
+                continue
+            idx = rows.numpy()
+            logits, value = model(as_model_input(batch["frames"][idx], device))
+            dist = torch.distributions.Categorical(logits=logits)
+            actions = batch["actions"][rows].to(device)
+            adv = batch["advantages"][rows].to(device)
+            adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
+            ratio = torch.exp(dist.log_prob(actions) - batch["logps"][rows].to(device))
+            policy_loss = -torch.min(
+                ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv
+            ).mean()
+            value_loss = 0.5 * (value - batch["returns"][rows].to(device)).pow(2).mean()
+            entropy = dist.entropy().mean()
+            loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            optimiser.step()
+            losses.append((policy_loss.item(), value_loss.item(), entropy.item()))
+    p, v, h = np.mean(losses, axis=0)
+    return {"policy_loss": float(p), "value_loss": float(v), "entropy": float(h)}

@@ -1,0 +1,130 @@
+"""A gymnasium VectorEnv over procgen's native vectorised environment (no gym in the loop).
+
+Procgen resets a finished sub-environment by itself: the observation returned with
+``terminated=True`` is already the first frame of the next episode (gymnasium's
+"same-step" autoreset). Episodes end by dying, by finishing the level, or by procgen's time
+limit (1000 steps, 500 in maze); all three are reported as ``terminated``, as in procgen.
+Observations are uint8 (3, 64, 64), channels first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from ssilbench.errors import PluginError
+from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
+
+INSTALL_HINT = (
+    "Install it with: pip install 'ssilbench[procgen]' (the 'procgen-mirror' package, which "
+    "provides the module 'procgen' on Python 3.11+)."
+)
+
+
+def import_procgen() -> Any:
+    """The ``procgen`` module, or a PluginError saying how to install it."""
+    try:
+        # procgen imports the unmaintained gym, which prints a notice on stderr that
+        # concerns nobody here: procgen is driven through its own vectorised interface.
+        with contextlib.redirect_stderr(io.StringIO()):
+            import procgen
+    except ImportError as exc:
+        raise PluginError(f"The procgen environments need the module 'procgen' ({exc}). "
+                          f"{INSTALL_HINT}") from None  # fmt: skip
+    return procgen
+
+
+def procgen_available() -> bool:
+    try:
+        import_procgen()
+    except PluginError:
+        return False
+    return True
+
+
+class ProcgenVectorEnv(VectorEnv):
+    """``num_envs`` copies of one game; equal seeds give equal episodes.
+
+    ``reset(seed=s)`` rebuilds the procgen environment with random seed ``s``, which fixes
+    the sequence of levels every sub-environment plays and every random event in them.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        seed: int = 0,
+        distribution_mode: str = "easy",
+        num_levels: int = 0,
+        start_level: int = 0,
+    ) -> None:
+        self.game = game
+        self.num_envs = num_envs
+        self._settings = {
+            "env_name": game,
+            "num_levels": num_levels,
+            "start_level": start_level,
+            "distribution_mode": distribution_mode,
+        }
+        self.single_observation_space = spaces.Box(0, 255, shape=OBS_SHAPE, dtype=np.uint8)
+        self.single_action_space = spaces.Discrete(NUM_ACTIONS)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._procgen = import_procgen()
+        self._seed = seed
+        self._env: Any = None
+
+    def _build(self, seed: int) -> None:
+        self.close_extras()
+        # procgen takes a 31-bit seed; larger seeds are folded into that range.
+        self._env = self._procgen.ProcgenGym3Env(
+            num=self.num_envs, rand_seed=int(seed) % (2**31 - 1), **self._settings
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is None:
+            # An unseeded reset continues with fresh levels drawn from the last seed.
+            seed = int(np.random.Generator(np.random.PCG64(self._seed)).integers(2**31 - 1))
+        self._seed = int(seed)
+        self._build(self._seed)
+        _, obs, _ = self._env.observe()
+        return _channels_first(obs["rgb"]), {}
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if self._env is None:
+            raise RuntimeError("call reset() before step()")
+        self._env.act(np.asarray(actions, dtype=np.int32).reshape(self.num_envs))
+        reward, obs, first = self._env.observe()
+        terminated = np.asarray(first, dtype=bool).copy()
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        return (
+            _channels_first(obs["rgb"]),
+            np.asarray(reward, dtype=np.float32).copy(),
+            terminated,
+            truncated,
+            {},
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        if self._env is not None:
+            close = getattr(self._env, "close", None)
+            if close is not None:
+                close()
+            self._env = None
+
+
+def _channels_first(frames: np.ndarray) -> np.ndarray:
+    """(N, 64, 64, 3) -> (N, 3, 64, 64), contiguous."""
+    return np.ascontiguousarray(np.asarray(frames).transpose(0, 3, 1, 2))
