@@ -14,8 +14,9 @@ import pytest
 from ssilbench.errors import PluginError, UnknownNameError, UsageError
 from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins, parse_plugin_flags
 
-BUILTIN_METHODS = ["bc", "idm_labeling", "vm_idm"]
-BUILTIN_ARCHS = ["cnn1", "cnn5", "lc", "mlp5"]
+BUILTIN_METHODS = ["bc", "idm_labeling", "lapo", "lapo_plus", "vm_idm"]
+BUILTIN_ARCHS = ["cnn1", "cnn5", "impala", "impala_small", "lc", "mlp5"]
+BUILTIN_ENVS = ["grid", "maze", "procgen"]
 
 METHOD_PLUGIN = """
 from ssilbench.api import Method, hookimpl
@@ -57,22 +58,23 @@ def test_builtins_are_found_with_their_distribution():
     plugins = load_plugins()
     assert plugins.broken == []
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert plugins.environments.names() == ["grid", "maze"]
+    assert plugins.environments.names() == BUILTIN_ENVS
     assert plugins.architectures.names() == BUILTIN_ARCHS
-    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "maze"]
+    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "maze", "procgen"]
     for registry in plugins.registries().values():
         for entry in registry.entries.values():
             assert entry.origin.distribution == "ssilbench"
     assert plugins.methods.entry("bc").origin.plugin == "baselines"
     assert plugins.environments.entry("maze").origin.plugin == "maze"
-    assert plugins.versions() == {"baselines": version("ssilbench"), "maze": version("ssilbench")}
+    builtins = ("baselines", "lapo", "maze", "procgen")
+    assert plugins.versions() == {p: version("ssilbench") for p in builtins}
 
 
 def test_block_flag_removes_the_maze_plugin():
     plugins = load_plugins(["no:maze"])
-    assert plugins.environments.names() == []
+    assert plugins.environments.names() == ["procgen"]
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert [o.plugin for o in plugins.loaded] == ["baselines"]
+    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "procgen"]
     assert plugins.broken == []
 
 
@@ -97,7 +99,7 @@ def test_disabled_autoload_then_p_loads_one_entry_point(monkeypatch):
 
 def test_p_of_an_autoloaded_entry_point_does_not_load_it_twice():
     plugins = load_plugins(["maze"])
-    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "maze"]
+    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "maze", "procgen"]
     assert plugins.broken == []
 
 
@@ -148,7 +150,7 @@ def test_plugin_whose_import_raises_is_recorded_as_broken(plugin_module):
     assert name not in [o.plugin for o in plugins.loaded]
     # the built-ins still load, and lookups mention the broken plugin
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert plugins.environments.names() == ["grid", "maze"]
+    assert plugins.environments.names() == BUILTIN_ENVS
     assert plugins.methods.broken == plugins.broken
     with pytest.raises(UnknownNameError, match="boom at import"):
         plugins.methods.entry("missing_method")
@@ -176,7 +178,7 @@ def test_plugin_whose_hook_raises_is_recorded_as_broken(plugin_module):
     assert [b.origin.plugin for b in plugins.broken] == [name]
     assert "ValueError: hook exploded" in plugins.broken[0].error
     assert name not in [o.plugin for o in plugins.loaded]
-    assert plugins.environments.names() == ["grid", "maze"]
+    assert plugins.environments.names() == BUILTIN_ENVS
     assert plugins.methods.names() == BUILTIN_METHODS
 
 
@@ -252,7 +254,7 @@ def test_discovery_does_not_import_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(), timeout=60
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["False", "3"]
+    assert result.stdout.split() == ["False", str(len(BUILTIN_METHODS))]
 
 
 def test_cli_list_json_does_not_import_torch(tmp_path: Path):

@@ -26,3 +26,9 @@ def ssilbench_register_architectures(registry):
     registry.add(
         "cnn5", "ssilbench_baselines.architectures:CNN5", "3 conv-ReLU-maxpool blocks, 2 FC 128."
     )
+    registry.add(
+        "impala", "ssilbench_baselines.impala:Impala", "IMPALA-CNN x4 + action MLP (128,128)."
+    )
+    registry.add(
+        "impala_small", "ssilbench_baselines.impala:ImpalaSmall", "IMPALA-CNN x1 (CPU-sized)."
+    )

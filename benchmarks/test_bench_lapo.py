@@ -1,0 +1,168 @@
+"""Training throughput (samples/s) of every stage of lapo, lapo_plus, bc and idm_labeling at
+batch 128 on 64x64x3 frames (Procgen's), through the code paths the methods train with.
+
+Each benchmark times STEPS optimiser steps of one stage on random frames and reports
+``samples_per_s`` = STEPS x 128 / mean time. Two model sizes: ``small`` (IMPALA x1, U-Net
+(16, 32); what CPU tests use) and ``paper`` (IMPALA x4, U-Net (64, 128, 256); marked
+``slow``). Select with ``-k small`` or ``-m slow``, e.g.
+
+    OMP_NUM_THREADS=1 python -m pytest benchmarks/test_bench_lapo.py -k "small or decoding_head"
+
+On CUDA the LAPO stages use bf16 autocast and channels-last (``fast_cuda``); the baselines
+train in float32 as they always do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssilbench.api import EnvSpec, Normaliser, RunContext, Stage
+from ssilbench.data.split import UnlabeledView
+from ssilbench.data.tensors import pair
+from ssilbench.train.budget import StagePlan
+from ssilbench.train.supervised import fit_classifier
+from ssilbench_baselines.impala import Impala, mlp
+from ssilbench_lapo.frames import Speed, TransitionFrames, fit_on_frames
+from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+BATCH = 128
+FRAMES = 1024
+STEPS = 4 if DEVICE.type == "cpu" else 50
+SIZES = ["small", pytest.param("paper", marks=pytest.mark.slow)]
+SPEC = EnvSpec(env_id="bench", obs_shape=(3, 64, 64), obs_dtype="uint8", obs_kind="image",
+               num_actions=15, horizon=1, eval_episodes=1, eval_every=10**9, default_steps=1,
+               default_arch="impala", normaliser=Normaliser(name="-", low=0.0, high=1.0),
+               )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frames() -> np.ndarray:
+    return np.random.default_rng(0).integers(0, 256, (FRAMES + 1, 3, 64, 64), dtype=np.uint8)
+
+
+def _budget(name: str = "stage"):
+    plan = StagePlan([Stage(name, STEPS)], eval_every=10**9, evaluate=lambda policy: 0.0)
+    return plan.stage(name)
+
+
+def _report(benchmark, run) -> None:
+    run()  # warm-up: allocator, kernels, lazy initialisation
+    benchmark.pedantic(run, rounds=3, iterations=1)
+    benchmark.extra_info["device"] = str(DEVICE)
+    benchmark.extra_info["samples_per_s"] = round(STEPS * BATCH / benchmark.stats["mean"], 1)
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _unlabeled(frames: np.ndarray) -> TransitionFrames:
+    view = UnlabeledView(frames=frames, index=np.arange(FRAMES))
+    return TransitionFrames.from_view(view).to(DEVICE)
+
+
+def _config(size: str) -> WorldModelConfig:
+    return WorldModelConfig(size=size)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_lapo_world_model(benchmark, frames, size):
+    """Stage 1 of both methods: latent IDM + VQ + U-Net forward model on D_U."""
+    cfg, data = _config(size), _unlabeled(frames)
+    ctx = RunContext(config=cfg, spec=SPEC, labeled=None, unlabeled=None, video_model=None,
+                     device=DEVICE, seed=0, plan=None, architectures=None,
+                     evaluate=lambda policy: 0.0)  # fmt: skip
+
+    def run():
+        train_world_model(ctx, cfg, data, _budget("world_model"))
+        _sync()
+
+    _report(benchmark, run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_lapo_latent_policy(benchmark, frames, size):
+    """LAPO stage 2: IMPALA latent policy regressed onto 128-dim latents of D_U."""
+    cfg, data = _config(size), _unlabeled(frames)
+    targets = torch.randn(len(data), cfg.latent_dim, device=DEVICE)
+    speed = Speed.for_device(cfg.fast_cuda, DEVICE)
+    net = speed.module(impala_net(cfg, SPEC.obs_shape, cfg.latent_dim).to(DEVICE))
+
+    def run():
+        fit_on_frames(net, data, targets, F.mse_loss, _budget(), lr=cfg.lr, batch_size=BATCH,
+                      seed=0, speed=speed)  # fmt: skip
+        _sync()
+
+    _report(benchmark, run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_lapo_plus_policy(benchmark, frames, size):
+    """LAPO+ stage 3: IMPALA policy cloned from soft labels on D_U."""
+    cfg, data = _config(size), _unlabeled(frames)
+    labels = torch.softmax(torch.randn(len(data), 15, device=DEVICE), dim=-1)
+    speed = Speed.for_device(cfg.fast_cuda, DEVICE)
+    net = speed.module(impala_net(cfg, SPEC.obs_shape, 15).to(DEVICE))
+
+    def soft_ce(logits, target):
+        return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+    def run():
+        fit_on_frames(net, data, labels, soft_ce, _budget(), lr=cfg.lr, batch_size=BATCH,
+                      seed=0, speed=speed)  # fmt: skip
+        _sync()
+
+    _report(benchmark, run)
+
+
+def test_lapo_decoding_head(benchmark):
+    """LAPO stage 3 and LAPO+ stage 2: the MLP head on precomputed 128-dim latents of D_L
+    (the frozen backbone runs once, before the stage; size-independent)."""
+    latents = torch.randn(4096, 128, device=DEVICE)
+    actions = torch.randint(0, 15, (4096,), device=DEVICE)
+    head = mlp(128, (128, 128), 15).to(DEVICE)
+
+    def run():
+        fit_classifier(head, latents, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
+        _sync()
+
+    _report(benchmark, run)
+
+
+def _baseline_net(size: str, channels: int) -> torch.nn.Module:
+    return Impala(scale=_config(size).scale).build((channels, 64, 64), 15).to(DEVICE)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_bc_policy(benchmark, frames, size):
+    """BC (and idm_labeling's policy stage): IMPALA classifier on float frames, the
+    baselines' own path (``fit_classifier`` on a float tensor of every state)."""
+    obs = torch.as_tensor(frames[:FRAMES], device=DEVICE).float() / 255
+    actions = torch.randint(0, 15, (FRAMES,), device=DEVICE)
+    net = _baseline_net(size, 3)
+
+    def run():
+        fit_classifier(net, obs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
+        _sync()
+
+    _report(benchmark, run)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_idm_labeling_idm(benchmark, frames, size):
+    """idm_labeling's IDM stage: IMPALA on (s, s') stacked as 6 channels."""
+    obs = torch.as_tensor(frames, device=DEVICE).float() / 255
+    pairs = pair(obs[:-1], obs[1:])
+    actions = torch.randint(0, 15, (FRAMES,), device=DEVICE)
+    net = _baseline_net(size, 6)
+
+    def run():
+        fit_classifier(net, pairs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
+        _sync()
+
+    _report(benchmark, run)

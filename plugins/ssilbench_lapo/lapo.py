@@ -1,0 +1,112 @@
+"""LAPO (Schmidt & Jiang 2024) as the paper runs it on Procgen (sections 2.3.3 and 5.1).
+
+Stage 1 (``world_model``, D_U): latent IDM + latent forward model with quantised latent
+    actions (``ssilbench_lapo.world_model``), shared with ``lapo_plus`` and across seeds.
+Stage 2 (``latent_policy``, D_U): pi~(s) regressed (MSE) onto the frozen latent IDM's
+    pre-quantisation latents h~(s, s') of every unlabeled transition.
+Stage 3 (``decoder``, D_L): a decoding head phi(a | z) fitted by cross-entropy on
+    z = pi~(s) of the labeled states, pi~ frozen. The policy is phi o pi~.
+
+Steps: 50k / 60k / 10k of the paper's 120k, i.e. these shares of the run's total steps.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field
+
+from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
+from ssilbench.train.supervised import fit_classifier
+from ssilbench_baselines.impala import mlp
+from ssilbench_lapo.frames import (
+    Speed,
+    TransitionFrames,
+    evaluating,
+    fit_on_frames,
+    in_chunks,
+    reuse_or_train,
+)
+from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
+
+
+class LAPOConfig(WorldModelConfig):
+    """LAPO's settings: stage 1's (inherited, shared with lapo_plus) and the step split."""
+
+    latent_policy_fraction: float = Field(
+        0.5, gt=0, lt=1, description="Share of the steps for stage 2 (paper: 60k of 120k)."
+    )
+
+
+class LatentActionPolicy(Policy):
+    """pi(a | s) = phi(a | pi~(s)): the decoding head over the frozen latent policy."""
+
+    def __init__(self, latent_policy: torch.nn.Module, decoder: torch.nn.Module) -> None:
+        self.latent_policy = latent_policy
+        self.decoder = decoder
+
+    @torch.no_grad()
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        with evaluating(self.latent_policy):
+            return F.softmax(self.decoder(self.latent_policy(obs)), dim=-1)
+
+
+class LAPO(Method):
+    description = "Latent IDM + forward model on D_U, latent BC on D_U, decoding head on D_L."
+    Config = LAPOConfig
+
+    def stages(self, cfg: LAPOConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
+        world = cfg.world_model_stage(total_steps)
+        latent = round(total_steps * cfg.latent_policy_fraction)
+        return [
+            world,
+            Stage("latent_policy", latent, data="unlabeled"),
+            Stage("decoder", total_steps - world.steps - latent, policy=True, data="labeled"),
+        ]
+
+    def fit(self, ctx: RunContext) -> LatentActionPolicy:
+        cfg: LAPOConfig = ctx.config
+        spec, device = ctx.spec, ctx.device
+        speed = Speed.for_device(cfg.fast_cuda, device)
+        unlabeled = TransitionFrames.from_view(ctx.unlabeled).to(device)
+        world = train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
+
+        # Stage 2: the latent IDM labels D_U once; pi~ regresses onto those latents.
+        def idm_latents(rows):
+            with speed.autocast():
+                return world.idm(*map(speed.images, unlabeled.pairs(rows)))
+
+        targets = in_chunks(idm_latents, len(unlabeled))
+        with ctx.seeded():
+            latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
+            decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
+        latent_policy.to(device)
+        budget = ctx.plan.stage("latent_policy")
+        settings = {"lr": cfg.lr, "batch": cfg.batch_size, "seed": ctx.seed,
+                    "rule": repr(ctx.stopping), "data": unlabeled.digest,
+                    "fast_cuda": cfg.fast_cuda}  # fmt: skip
+        reuse_or_train(
+            "lapo_latent_policy", latent_policy, [targets], settings, budget, device,
+            lambda: fit_on_frames(
+                latent_policy, unlabeled, targets, F.mse_loss, budget, lr=cfg.lr,
+                batch_size=cfg.batch_size, seed=ctx.seed, speed=speed, rule=ctx.stopping,
+            ),
+        )  # fmt: skip
+        latent_policy.eval().requires_grad_(False)
+
+        # Stage 3: phi on the frozen pi~'s latents of the labeled states.
+        labeled = TransitionFrames.from_view(ctx.labeled).to(device)
+        actions = torch.as_tensor(ctx.labeled.actions, dtype=torch.long, device=device)
+
+        def policy_latents(rows):
+            with speed.autocast():
+                return latent_policy(speed.images(labeled.obs(rows)))
+
+        latents = in_chunks(policy_latents, len(labeled))
+        policy = LatentActionPolicy(latent_policy, decoder.to(device))
+        fit_classifier(
+            decoder, latents, actions, ctx.plan.stage("decoder", policy=policy),
+            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed + 2,
+            rule=ctx.stopping,
+        )  # fmt: skip
+        return policy

@@ -1,0 +1,194 @@
+"""LAPO's stage 1, shared by ``lapo`` and ``lapo_plus``: a latent IDM and a latent forward
+model trained together on D_U to reconstruct s' from s and a quantised latent action.
+
+    z = h~(s, s')          IMPALA-CNN on (s, s') stacked as 2C channels, then linear
+    q = VQ(z)              EMA codebooks, straight-through gradients, commitment loss
+    s'^ = f~(s, q)         U-Net conditioned on q
+    loss = ||s' - s'^||^2 + beta ||z - sg(q)||^2
+
+The stage is trained once per (dataset, stage-1 settings, step budget) and reused: its
+network is built under ``world_model_seed`` rather than the run seed, and it reads only
+D_U, which is the whole dataset whatever the label budget or seed. The stage cache key is
+the content of what it is trained on, so both methods and every seed and label budget of a
+game find the same entry (see docs/methods/lapo.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from ssilbench.api import RunContext, Stage
+from ssilbench.data.tensors import pair
+from ssilbench.train.budget import StageBudget
+from ssilbench.train.loop import optimise
+from ssilbench_baselines.impala import ImpalaTrunk, mlp
+from ssilbench_lapo.frames import Speed, TransitionFrames, reuse_or_train
+from ssilbench_lapo.quantise import VectorQuantiser
+from ssilbench_lapo.unet import LatentUNet
+
+# The paper's model (REFERENCE "Procgen") and a CPU-sized one for tests and smoke runs.
+SIZES = {
+    "paper": {"impala_scale": 4, "unet_widths": (64, 128, 256)},
+    "small": {"impala_scale": 1, "unet_widths": (16, 32)},
+}
+
+
+class WorldModelConfig(BaseModel):
+    """Settings of LAPO's stage 1 and of the networks both methods build.
+
+    Defaults are the paper's Procgen settings (appendix "ProcGen Experiments", with LAPO's
+    quantisation settings); see docs/methods/lapo.md for each source.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: Literal["paper", "small"] = Field(
+        "paper", description="paper: IMPALA x4, U-Net (64,128,256); small: x1, (16,32) (CPU)."
+    )
+    impala_scale: int | None = Field(
+        None, ge=1, description="IMPALA-CNN channel multiplier; None = the size's."
+    )
+    unet_widths: tuple[int, ...] | None = Field(
+        None, min_length=2, description="U-Net channels per level, bottleneck last; None = size's."
+    )
+    features: int = Field(256, ge=1, description="IMPALA trunk output features.")
+    head_hidden: tuple[int, ...] = Field(
+        (128, 128), description="Hidden widths of the action decoder and latent policy heads."
+    )
+    squash_output: bool = Field(
+        True, description="Forward model output 0.5 + tanh/2 (LAPO); False: 0.5 + linear."
+    )
+    codebooks: int = Field(2, ge=1, description="Number of VQ codebooks.")
+    latents_per_codebook: int = Field(4, ge=1, description="Discrete latents per codebook.")
+    code_dim: int = Field(16, ge=1, description="Embedding size of each codebook entry.")
+    codebook_size: int = Field(64, ge=2, description="Entries per codebook.")
+    ema_decay: float = Field(0.999, gt=0, lt=1, description="EMA decay of the codebooks.")
+    ema_eps: float = Field(1e-5, gt=0, description="Laplace smoothing of the EMA code counts.")
+    commitment: float = Field(0.05, ge=0, description="Commitment loss weight beta.")
+    dead_code_restart: float = Field(
+        0.1, ge=0, description="Restart a code used under this share of its fair use; 0 = never."
+    )
+    world_model_fraction: float = Field(
+        50 / 120, gt=0, lt=1, description="Share of the steps for stage 1 (paper: 50k of 120k)."
+    )
+    world_model_lr: float = Field(3e-4, gt=0, description="Adam learning rate of stage 1.")
+    world_model_batch: int = Field(128, ge=1, description="Stage-1 minibatch (D_U).")
+    grad_clip: float | None = Field(2.0, gt=0, description="Stage-1 gradient-norm clip.")
+    world_model_seed: int = Field(
+        0, description="Seed of stage 1 (not the run's: one stage 1 serves every seed)."
+    )
+    lr: float = Field(2e-4, gt=0, description="Adam learning rate of the later stages.")
+    batch_size: int = Field(
+        128, ge=1, description="Minibatch of the later stages: this on D_U, min(this, N_L) on D_L."
+    )
+    fast_cuda: bool = Field(
+        True, description="bf16 autocast and channels-last convolutions on CUDA (not on CPU)."
+    )
+
+    @property
+    def scale(self) -> int:
+        return self.impala_scale or SIZES[self.size]["impala_scale"]
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        return self.unet_widths or SIZES[self.size]["unet_widths"]
+
+    @property
+    def latent_dim(self) -> int:
+        return self.codebooks * self.latents_per_codebook * self.code_dim
+
+    def world_model_steps(self, total_steps: int) -> int:
+        return round(total_steps * self.world_model_fraction)
+
+    def world_model_stage(self, total_steps: int) -> Stage:
+        return Stage("world_model", self.world_model_steps(total_steps), data="unlabeled")
+
+
+def impala_net(cfg: WorldModelConfig, in_shape: tuple[int, ...], out: int) -> nn.Sequential:
+    """IMPALA-CNN trunk on images of ``in_shape`` (C, H, W) with an MLP head to ``out``."""
+    c, h, w = in_shape
+    trunk = ImpalaTrunk(c, cfg.scale, cfg.features, image_size=(h, w))
+    return nn.Sequential(trunk, mlp(cfg.features, cfg.head_hidden, out))
+
+
+class LatentIDM(nn.Module):
+    """h~(s, s'): the continuous (pre-quantisation) latent action of a transition."""
+
+    def __init__(self, cfg: WorldModelConfig, obs_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        c, h, w = obs_shape
+        self.trunk = ImpalaTrunk(2 * c, cfg.scale, cfg.features, image_size=(h, w))
+        self.head = nn.Linear(cfg.features, cfg.latent_dim)
+
+    def forward(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(pair(obs, next_obs)))
+
+
+class WorldModel(nn.Module):
+    """Latent IDM, quantiser and latent forward model, trained together in stage 1."""
+
+    def __init__(self, cfg: WorldModelConfig, obs_shape: tuple[int, ...]) -> None:
+        super().__init__()
+        self.idm = LatentIDM(cfg, obs_shape)
+        self.quantiser = VectorQuantiser(cfg.codebooks, cfg.latents_per_codebook, cfg.code_dim,
+                                         cfg.codebook_size, cfg.ema_decay, cfg.ema_eps,
+                                         cfg.commitment, cfg.dead_code_restart)  # fmt: skip
+        self.forward_model = LatentUNet(
+            obs_shape[0], cfg.latent_dim, cfg.widths, squash=cfg.squash_output
+        )
+
+    def loss(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
+        quantised = self.quantiser(self.idm(obs, next_obs))
+        predicted = self.forward_model(obs, quantised.latent)
+        return F.mse_loss(predicted.float(), next_obs) + quantised.commitment
+
+
+def _settings(cfg: WorldModelConfig) -> dict:
+    # What shapes the trained weights beyond the starting weights and the data. The network's
+    # shapes are in its state dict already; the quantiser's EMA constants and the optimiser
+    # settings are not.
+    return {
+        "stage": "lapo_world_model",
+        "lr": cfg.world_model_lr,
+        "batch": cfg.world_model_batch,
+        "clip": cfg.grad_clip,
+        "seed": cfg.world_model_seed,
+        "ema": (cfg.ema_decay, cfg.ema_eps),
+        "commitment": cfg.commitment,
+        "restart": cfg.dead_code_restart,
+        "squash": cfg.squash_output,
+        "fast_cuda": cfg.fast_cuda,
+    }
+
+
+def train_world_model(
+    ctx: RunContext, cfg: WorldModelConfig, unlabeled: TransitionFrames, budget: StageBudget
+) -> WorldModel:
+    """Stage 1 on D_U (``unlabeled``, on ``ctx.device``), or the identical stage 1 trained
+    before; returned frozen, in eval mode."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.world_model_seed)
+        model = WorldModel(cfg, ctx.spec.obs_shape)
+    speed = Speed.for_device(cfg.fast_cuda, ctx.device)
+
+    def train() -> None:
+        net = speed.module(model.to(ctx.device))
+
+        def loss(rows):
+            obs, next_obs = unlabeled.pairs(rows)
+            with speed.autocast():
+                return net.loss(speed.images(obs), speed.images(next_obs))
+
+        optimise(net.parameters(), loss, len(unlabeled), budget, lr=cfg.world_model_lr,
+                 batch_size=cfg.world_model_batch, seed=cfg.world_model_seed,
+                 clip_grad_norm=cfg.grad_clip)  # fmt: skip
+
+    settings = {**_settings(cfg), "data": unlabeled.digest}
+    reuse_or_train("lapo_world_model", model, [], settings, budget, ctx.device, train)
+    model = speed.module(model.to(ctx.device)).eval()
+    return model.requires_grad_(False)

@@ -1,0 +1,278 @@
+"""LAPO and LAPO+: the quantiser, the stage plans, stage-1 sharing and tiny real runs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ssilbench.plugins import load_plugins
+from ssilbench.runner.plan import build_plan
+from ssilbench.runner.spec import Sweep
+from ssilbench.runner.worker import RunStorage, execute
+from ssilbench.train.budget import check_stages
+from ssilbench_lapo.lapo import LAPO, LAPOConfig
+from ssilbench_lapo.lapo_plus import LAPOPlus, LAPOPlusConfig
+from ssilbench_lapo.quantise import VectorQuantiser
+from ssilbench_lapo.unet import LatentUNet
+from ssilbench_lapo.world_model import LatentIDM, WorldModel, WorldModelConfig
+
+PLUGINS = load_plugins()
+CPU = torch.device("cpu")
+SMALL = {"size": "small"}
+
+
+def _quantiser(**kw) -> VectorQuantiser:
+    torch.manual_seed(0)
+    settings = {"groups": 2, "per_group": 3, "dim": 4, "size": 8, "decay": 0.5,
+                "commitment": 0.25, "restart_below": 0.0, **kw}  # fmt: skip
+    return VectorQuantiser(**settings)
+
+
+# --- vector quantisation ---------------------------------------------------------------
+
+
+def test_quantised_latent_is_the_nearest_code_of_each_group():
+    vq = _quantiser().eval()
+    z = torch.randn(5, vq.latent_dim)
+    out = vq(z)
+    vectors = z.view(5, 2, 3, 4)
+    dist = ((vectors[:, :, :, None, :] - vq.codebook[None, :, None]) ** 2).sum(-1)
+    assert torch.equal(out.codes, dist.argmin(-1))
+    expected = torch.stack([vq.codebook[g][out.codes[:, g]] for g in range(2)], dim=1)
+    assert torch.allclose(out.latent, expected.reshape(5, -1))
+
+
+def test_gradients_pass_straight_through_and_codebooks_get_none():
+    vq = _quantiser().eval()
+    z = torch.randn(6, vq.latent_dim, requires_grad=True)
+    weights = torch.randn(6, vq.latent_dim)
+    (vq(z).latent * weights).sum().backward()
+    assert torch.allclose(z.grad, weights)  # d(quantised)/dz is the identity
+    assert all(p.grad is None for p in vq.parameters())
+
+
+def test_commitment_loss_pulls_the_latent_toward_its_code():
+    vq = _quantiser().eval()
+    z = torch.randn(6, vq.latent_dim, requires_grad=True)
+    out = vq(z)
+    codes = out.latent.detach()
+    assert torch.allclose(out.commitment, 0.25 * F.mse_loss(z, codes))
+    out.commitment.backward()
+    assert torch.allclose(z.grad, 0.25 * 2 * (z - codes).detach() / z.numel())
+    assert all(p.grad is None for p in vq.parameters())
+
+
+def test_ema_update_moves_assigned_codes_toward_their_latents():
+    vq = _quantiser()
+    points = torch.randn(2, 8, 4) * 10  # far apart: each latent below keeps its code
+    # sample i holds point i of each group three times: the first batch's evenly spaced
+    # picks (the codebook's start) are then exactly the points
+    vq(points.transpose(0, 1)[:, :, None].expand(8, 2, 3, 4).reshape(8, -1))
+    assert torch.allclose(vq.codebook, points)
+    shifted = points[:, :4] + 1.0
+    batch = shifted.transpose(0, 1)[:, :, None].expand(4, 2, 3, 4).reshape(4, -1)
+    previous = (vq.codebook[:, :4] - shifted).norm(dim=-1)
+    for _ in range(4):
+        assert torch.equal(vq(batch).codes[:, 0, 0], torch.arange(4))
+        gap = (vq.codebook[:, :4] - shifted).norm(dim=-1)
+        assert (gap < previous).all()
+        previous = gap
+    assert (gap < 0.2).all()
+    # codes no latent chose stay where they were (up to the count smoothing)
+    assert torch.allclose(vq.codebook[:, 4:], points[:, 4:], rtol=1e-3, atol=1e-3)
+
+
+def test_no_update_outside_training():
+    vq = _quantiser()
+    vq(torch.randn(4, vq.latent_dim))
+    vq.eval()
+    before = vq.codebook.detach().clone()
+    vq(torch.randn(4, vq.latent_dim) + 3)
+    assert torch.equal(vq.codebook, before)
+
+
+def test_dead_codes_restart_at_the_worst_represented_latents():
+    vq = _quantiser(restart_below=0.5)
+    vq(torch.randn(32, vq.latent_dim))
+    far = torch.full((32, vq.latent_dim), 100.0) + torch.randn(32, vq.latent_dim)
+    for _ in range(5):
+        vq(far)
+    used = vq(far).codes.flatten(1)
+    # every latent now lies near 100: codes left near the start were restarted there
+    assert (vq.codebook.detach() > 50).float().mean() > 0.9
+    assert len(torch.unique(used, dim=0)) > 1
+
+
+# --- networks ------------------------------------------------------------------------------
+
+
+def test_world_model_shapes_and_loss():
+    cfg = WorldModelConfig(**SMALL)
+    assert cfg.latent_dim == 2 * 4 * 16 == 128 and cfg.scale == 1 and cfg.widths == (16, 32)
+    assert WorldModelConfig().scale == 4 and WorldModelConfig().widths == (64, 128, 256)
+    model = WorldModel(cfg, (3, 11, 11))
+    s, s_next = torch.rand(4, 3, 11, 11), torch.rand(4, 3, 11, 11)
+    assert model.idm(s, s_next).shape == (4, 128)
+    loss = model.loss(s, s_next)
+    loss.backward()
+    assert loss.ndim == 0 and model.idm.trunk.fc.weight.grad is not None
+
+
+def test_forward_model_depends_on_the_latent_action():
+    unet = LatentUNet(3, 8, widths=(8, 16, 32))
+    s = torch.rand(2, 3, 64, 64)
+    a, b = unet(s, torch.zeros(2, 8)), unet(s, torch.ones(2, 8))
+    assert a.shape == s.shape and not torch.allclose(a, b)
+
+
+def test_latent_idm_sees_both_frames():
+    idm = LatentIDM(WorldModelConfig(**SMALL), (3, 64, 64))
+    s = torch.rand(2, 3, 64, 64)
+    assert not torch.allclose(idm(s, s), idm(s, torch.rand(2, 3, 64, 64)))
+
+
+# --- stage plans -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("total", [120_000, 300, 1_500, 7])
+def test_stage_plans_sum_to_the_total(total):
+    spec = None  # neither method looks at the spec for its plan
+    lapo = LAPO().stages(LAPOConfig(), total, spec, False)
+    plus = LAPOPlus().stages(LAPOPlusConfig(), total, spec, False)
+    check_stages(lapo, total, "lapo")
+    check_stages(plus, total, "lapo_plus")
+    assert lapo[0] == plus[0]  # one stage 1 for both
+    if total == 120_000:
+        assert [s.steps for s in lapo] == [50_000, 60_000, 10_000]
+        assert [s.steps for s in plus] == [50_000, 10_000, 60_000]
+    assert [s.data for s in lapo] == ["unlabeled", "unlabeled", "labeled"]
+    assert [s.data for s in plus] == ["unlabeled", "labeled", "unlabeled"]
+    assert [s.policy for s in lapo] == [False, False, True]
+    assert [s.policy for s in plus] == [False, False, True]
+
+
+# --- real runs -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def _run(data_root, method, *, budget="64", seed=0, steps=60, config=None, cache=None):
+    sweep = Sweep(methods=[method], envs=["maze:10x10"], budgets=[budget], seeds=[seed],
+                  steps=steps, config={**SMALL, **(config or {})},
+                  options={"state": "image"})  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, data_root)
+    [spec] = plan.runs
+    storage = RunStorage(cache_root=cache) if cache is not None else None
+    return execute(spec, plan.method_of(spec), plan.task_of(spec), PLUGINS, CPU, storage)
+
+
+@pytest.mark.parametrize("method", ["lapo", "lapo_plus"])
+def test_tiny_run_spends_its_budget_and_is_evaluated(data_root, method):
+    outcome = _run(data_root, method)
+    assert sum(s["used"] for s in outcome.stages.values()) == 60
+    assert all(s["used"] == s["declared"] for s in outcome.stages.values())
+    assert outcome.timeline[-1]["step"] == 60
+    assert 0.0 <= outcome.final_score <= 1.0
+    assert 0.0 <= outcome.metrics["test_accuracy"] <= 1.0
+    # LAPO+ has an IDM for true actions (phi o h~); LAPO does not
+    assert ("idm_accuracy" in outcome.metrics) == (method == "lapo_plus")
+
+
+def test_stage_one_is_shared_by_both_methods_every_seed_and_budget(data_root, tmp_path):
+    cache = tmp_path / "cache"
+    first = _run(data_root, "lapo", cache=cache)
+    assert "reused" not in first.stages["world_model"]
+    key = None
+    for method, seed, budget in [("lapo_plus", 0, "64"), ("lapo", 1, "64"),
+                                 ("lapo_plus", 2, "128")]:  # fmt: skip
+        outcome = _run(data_root, method, seed=seed, budget=budget, cache=cache)
+        reused = outcome.stages["world_model"].get("reused")
+        assert reused is not None, (method, seed, budget)
+        assert key in (None, reused)
+        key = reused
+    # a different stage-1 setting is a different model
+    other = _run(data_root, "lapo_plus", config={"commitment": 0.1}, cache=cache)
+    assert "reused" not in other.stages["world_model"]
+
+
+def test_the_second_run_does_not_train_stage_one(data_root, tmp_path, monkeypatch):
+    import ssilbench_lapo.world_model as world_model
+
+    cache = tmp_path / "cache"
+    _run(data_root, "lapo_plus", cache=cache)
+    calls = []
+    real = world_model.optimise
+    monkeypatch.setattr(world_model, "optimise", lambda *a, **k: calls.append(1) or real(*a, **k))
+    outcome = _run(data_root, "lapo", seed=5, cache=cache)
+    assert calls == [] and outcome.stages["world_model"]["used"] == 25
+
+
+def test_same_spec_gives_the_same_numbers_on_cpu(data_root):
+    first = _run(data_root, "lapo_plus", seed=3, steps=40)
+    second = _run(data_root, "lapo_plus", seed=3, steps=40)
+    assert first.timeline == second.timeline
+
+
+# --- LAPO+ must recover actions where the data leave no other way ------------------------
+
+MOVES = torch.tensor([[0, 1], [0, -1], [1, 0], [-1, 0]])
+SIDE = 8
+
+
+def _random_walk(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dot taking uniformly random steps on a torus: frames (n + 1, 3, size, size) uint8
+    and the n actions. The next frame is unpredictable from the current one alone, so the
+    latent action has to carry the action for stage 1 to reconstruct it."""
+    g = torch.Generator().manual_seed(seed)
+    actions = torch.randint(0, 4, (n,), generator=g)
+    start = torch.randint(0, size, (1, 2), generator=g)
+    steps = torch.cat([torch.zeros(1, 2, dtype=torch.long), MOVES[actions].cumsum(0)])
+    pos = (start + steps) % size
+    frames = torch.zeros(n + 1, 3, size, size, dtype=torch.uint8)
+    frames[torch.arange(n + 1), 0, pos[:, 0], pos[:, 1]] = 255
+    return frames, actions
+
+
+def _walk_context(cfg, method, total_steps: int, n: int = 4096, labeled: int = 256):
+    import numpy as np
+
+    from ssilbench.api import EnvSpec, Normaliser, RunContext
+    from ssilbench.data.split import LabeledView, UnlabeledView
+    from ssilbench.train.budget import StagePlan
+
+    frames, actions = _random_walk(n, SIDE, seed=0)
+    frames = frames.numpy()
+    spec = EnvSpec(env_id="walk", obs_shape=(3, SIDE, SIDE), obs_dtype="uint8", obs_kind="image",
+                   num_actions=4, horizon=10, eval_episodes=1, eval_every=10**9,
+                   default_steps=total_steps, default_arch="impala_small",
+                   normaliser=Normaliser(name="none", low=0.0, high=1.0))  # fmt: skip
+    stages = method.stages(cfg, total_steps, spec, False)
+    check_stages(stages, total_steps, "walk")
+    plan = StagePlan(stages, eval_every=10**9, evaluate=lambda policy: 0.0)
+    index = np.arange(n)
+    return RunContext(
+        config=cfg, spec=spec, video_model=None, device=CPU, seed=0, plan=plan,
+        labeled=LabeledView(frames, index[:labeled], actions[:labeled].numpy()),
+        unlabeled=UnlabeledView(frames, index), architectures=PLUGINS.architectures.create,
+        evaluate=lambda policy: 0.0,
+    )  # fmt: skip
+
+
+@pytest.mark.slow  # about two minutes on one CPU thread: stage 1 needs ~1,500 steps here
+def test_lapo_plus_decoded_idm_recovers_random_actions():
+    # Pixels are exactly 0 or 1 here, where a tanh output saturates and stalls: linear output.
+    cfg = LAPOPlusConfig(size="small", world_model_lr=1e-3, lr=1e-3, world_model_fraction=0.85,
+                         idm_decoder_fraction=0.1, squash_output=False)  # fmt: skip
+    ctx = _walk_context(cfg, LAPOPlus(), total_steps=2000)
+    torch.manual_seed(0)
+    policy = LAPOPlus().fit(ctx)
+    ctx.plan.check_spent()
+    frames, actions = _random_walk(512, SIDE, seed=1)  # transitions never seen in training
+    pixels = frames.float() / 255
+    probs = policy.idm_probs(pixels[:-1], pixels[1:])
+    accuracy = float((probs.argmax(-1) == actions).float().mean())
+    assert accuracy > 0.8, accuracy  # chance is 0.25
