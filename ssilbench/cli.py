@@ -179,6 +179,13 @@ def list_cmd(state: State, as_json: bool) -> None:
     default=None,
     help="Total training steps per run (default: the environment's).",
 )
+@click.option(
+    "--steps-scale",
+    type=float,
+    default=None,
+    help="Train this fraction of each environment's default steps, e.g. 0.01 for small runs "
+    "(stage splits keep their proportions).",
+)
 @click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
 @click.option(
     "--data-root", default=DEFAULT_DATA, show_default=True, help="Dataset cache directory."
@@ -263,6 +270,7 @@ def run(
     config,
     options,
     steps,
+    steps_scale,
     results,
     data_root,
     device,
@@ -298,7 +306,7 @@ def run(
     if sweep_file is not None:
         given = [f for f, v in (("--method", methods), ("--env", envs), ("--budgets", budgets),
                                 ("--config", config), ("--option", options), ("--steps", steps),
-                                ("--seeds", seeds),
+                                ("--steps-scale", steps_scale), ("--seeds", seeds),
                                 ("--eval-every", eval_every), ("--stop-early", stop_early),
                                 ("--no-rollouts", no_rollouts))
                  if v]  # fmt: skip
@@ -327,6 +335,13 @@ def run(
             )
         if steps is not None and steps < 1:
             raise UsageError(f"--steps must be a positive integer, got {steps}.")
+        if steps_scale is not None and not steps_scale > 0:
+            raise UsageError(
+                f"--steps-scale must be a positive fraction of the default steps, e.g. 0.01; "
+                f"got {steps_scale}."
+            )
+        if steps_scale is not None and steps is not None:
+            raise UsageError("Give --steps or --steps-scale, not both.")
         try:
             sweep = Sweep(
                 methods=_csv(methods, "method", "--method bc,vm_idm"),
@@ -336,6 +351,7 @@ def run(
                 config=parse_assignments(config, "--config"),
                 options=parse_assignments(options, "--option"),
                 steps=steps,
+                steps_scale=steps_scale,
                 eval_every=eval_every,
                 stop_early=stop_early,
                 rollouts=not no_rollouts,

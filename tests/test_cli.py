@@ -232,6 +232,8 @@ BAD_INPUTS = {
     "bad seeds": (["--seeds", "0,x"], "Seed 'x' is not an integer"),
     "empty seeds": (["--seeds", ","], "seed list is empty"),
     "bad steps": (["--steps", "0"], "--steps must be a positive integer"),
+    "bad steps scale": (["--steps-scale", "0"], "--steps-scale must be a positive fraction"),
+    "steps and steps scale": (["--steps-scale", "0.5"], "Give --steps or --steps-scale"),
     "malformed config": (["-c", "lr"], "expects KEY=VALUE"),
     "unknown device": (["--device", "tpu0"], "device"),
     "absent device": (["--device", "cuda:7"], "not available here"),

@@ -79,6 +79,14 @@ def test_run_ids_depend_on_the_settings(plugins, data_root):
     assert default.isdisjoint(r.run_id for r in fewer_steps)
 
 
+def test_steps_scale_is_a_fraction_of_the_environment_default(plugins, data_root):
+    scaled = build_plan(plugins, sweep(steps_scale=0.1), data_root).runs
+    assert {r.steps for r in scaled} == {150}  # 10% of the maze's 1,500
+    same = build_plan(plugins, sweep(steps=150), data_root).runs
+    assert [r.run_id for r in scaled] == [r.run_id for r in same]  # the runs, not the flag
+    assert {r.steps for r in build_plan(plugins, sweep(steps_scale=1e-9), data_root).runs} == {1}
+
+
 def test_unknown_method(plugins, data_root):
     with pytest.raises(UnknownNameError) as info:
         build_plan(plugins, sweep(methods=["bc", "vm_idn"]), data_root)

@@ -209,7 +209,7 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
         for budget in sweep.budgets:
             resolve_budget(budget, available, spec.budget_unit)
         has_vm = task.video_model() is not None
-        steps = sweep.steps or spec.default_steps
+        steps = sweep.total_steps(spec.default_steps)
         for m in methods.values():
             _check_architectures(m, spec, plugins)
             try:

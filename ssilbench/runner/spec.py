@@ -55,6 +55,8 @@ class Sweep(BaseModel):
     config: dict[str, Any] = {}
     options: dict[str, Any] = {}
     steps: int | None = Field(None, ge=1)
+    steps_scale: float | None = Field(None, gt=0)
+    """Train ``steps_scale`` x the environment's default steps (``steps`` wins when both)."""
     eval_every: int | None = Field(None, ge=1)
     stop_early: bool = False
     rollouts: bool = True
@@ -63,6 +65,14 @@ class Sweep(BaseModel):
     @classmethod
     def _budgets(cls, value: list[str]) -> list[str]:
         return [parse_budget(v) for v in value]
+
+    def total_steps(self, default: int) -> int:
+        """Each run's step budget on an environment whose default is ``default``."""
+        if self.steps is not None:
+            return self.steps
+        if self.steps_scale is not None:
+            return max(1, round(default * self.steps_scale))
+        return default
 
     def axes(self) -> itertools.product:
         return itertools.product(self.envs, self.methods, self.budgets, self.seeds)

@@ -66,6 +66,9 @@ class Block(BaseModel):
     options: dict[str, Scalar | list[Scalar]] = {}
     config: dict[str, Scalar | None] = {}
     steps: int | None = Field(None, ge=1)
+    steps_scale: float | None = Field(
+        None, gt=0, description="Train this fraction of the environment's default steps."
+    )
     eval_every: int | None = Field(
         None, ge=1, description="Evaluate every N steps of a policy stage."
     )
@@ -103,6 +106,7 @@ class Block(BaseModel):
                     config=self.config,
                     options={**fixed, **dict(zip(keys, combo, strict=True))},
                     steps=self.steps,
+                    steps_scale=self.steps_scale,
                     eval_every=self.eval_every,
                     stop_early=self.stop_early,
                     rollouts=self.rollouts,
@@ -205,7 +209,7 @@ def load_sweep_file(path: Path) -> SweepFile:
         allowed = (
             "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
             "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
-            "eval_every, stop_early, rollouts, quick"
+            "steps_scale, eval_every, stop_early, rollouts, quick"
         )
         raise UsageError(
             f"Sweep file {path}: " + "; ".join(problems) + f". Allowed keys — {allowed}."
