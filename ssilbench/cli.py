@@ -678,6 +678,124 @@ def report(state: State, sweeps, quick, results, data_root, out) -> None:
     click.echo(f"wrote {target} and figures in {figures}", err=True)
 
 
+def _writable_folder(folder: Path) -> Path:
+    """Create ``folder`` and prove it takes files, before any work is done for it."""
+    probe = folder / f".write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write to --out {folder}: {exc.strerror or exc}. Choose a writable folder "
+            "with --out DIR."
+        ) from None
+    return folder
+
+
+@cli.command()
+@click.option(
+    "--env",
+    "envs",
+    required=True,
+    help="Comma-separated environment ids: family:task or family:all (procgen:all).",
+)
+@click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
+@click.option(
+    "--out",
+    default="analysis",
+    show_default=True,
+    help="Folder for the figures (PNG, SVG), CSV tables and Markdown report.",
+)
+@click.option(
+    "--method",
+    default="idm_labeling",
+    show_default=True,
+    help="Method label (or name) whose return gap is measured.",
+)
+@click.option(
+    "--baseline",
+    default="bc",
+    show_default=True,
+    help="Method label (or name) it is compared with.",
+)
+@click.option(
+    "--by",
+    default="complexity",
+    show_default=True,
+    help="Environment metadata key that groups the games.",
+)
+@click.option(
+    "--entropy-budget",
+    default=None,
+    help="Label budget whose entropies are compared [default: the largest both "
+    "methods recorded per game].",
+)
+@click.pass_obj
+def analyze(state: State, envs, results, out, method, baseline, by, entropy_budget) -> None:
+    """The paper's Procgen analysis: return gap of METHOD over BASELINE by complexity class,
+    and entropy gap vs return gap, from the results store."""
+    import re
+
+    from ssilbench.data.split import parse_budget
+    from ssilbench.errors import did_you_mean
+    from ssilbench.leaderboard import analysis as an
+    from ssilbench.leaderboard import analysis_report as ar
+    from ssilbench.leaderboard.analysis_figures import complexity_figure, stochasticity_figure
+    from ssilbench.runner.plan import _expand_envs
+    from ssilbench.runner.store import ResultsStore
+
+    ids = _csv(envs, "environment", "--env procgen:all")
+    wanted = [f"{family}:{task}" for family, task in _expand_envs(state.plugins, ids)]
+    budget = parse_budget(entropy_budget) if entropy_budget is not None else None
+    with ResultsStore(Path(results), create=False) as store:
+        records = [r for r in store.rows("done") if r["env"] in wanted]
+    scope = ", ".join(ids)
+    if not records:
+        raise UsageError(
+            f"No finished runs of {scope} in {results}: run e.g. 'ssilbench run --method "
+            f"{method},{baseline} --env {scope} ...' first (same --results)."
+        )
+    mine = an.resolve_label(records, method, "--method", scope)
+    theirs = an.resolve_label(records, baseline, "--baseline", scope)
+    if mine == theirs:
+        raise UsageError(f"--method and --baseline both name '{mine}': compare two methods.")
+    metadata = an.metadata_from_registry(state.plugins)
+    groups = an.groups_of(records, metadata, by)
+    if all(g is None for g in groups.values()):
+        keys = sorted({k for r in records for k in metadata(r)})
+        raise UsageError(
+            f"--by {by}: no environment of {scope} has the metadata key '{by}'."
+            f"{did_you_mean(by, keys)} Keys: {', '.join(keys) or '(none)'}."
+        )
+    folder = _writable_folder(Path(out))
+    result = an.analyze(records, mine, theirs, groups, by, wanted, budget)
+    # File names from labels and keys: anything but letters, digits, '_' and '-' becomes '_'
+    # (a '.' would be taken for a suffix).
+    stem, tag = (re.sub(r"[^A-Za-z0-9_-]+", "_", t)
+                 for t in (f"{ids[0].partition(':')[0]}-{mine}-vs-{theirs}", by))  # fmt: skip
+    text = ar.to_markdown(result)
+    try:
+        written = [
+            *complexity_figure(result, folder / f"{stem}-{tag}"),
+            *stochasticity_figure(result, folder / f"{stem}-entropy"),
+        ]
+        for name, content in (("games.csv", ar.games_csv(result)),
+                              (f"{tag}.csv", ar.groups_csv(result)),
+                              ("correlation.csv", ar.correlation_csv(result)),
+                              ("report.md", text)):  # fmt: skip
+            path = folder / f"{stem}-{name}"
+            path.write_text(content)
+            written.append(path)
+    except OSError as exc:
+        raise UsageError(
+            f"Cannot write to --out {folder}: {exc.strerror or exc}. Choose another folder."
+        ) from None
+    click.echo(text, nl=False)
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
+
+
 @cli.group()
 def data() -> None:
     """Build, verify or rebuild expert datasets."""

@@ -55,13 +55,30 @@ def _x(budget: str) -> float:
     return 1.0 if budget == "all" else float(budget)
 
 
-def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) -> list[Path]:
-    """Write ``out``.png and ``out``.svg; returns their paths."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on a file-only backend, so figures draw without a display."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save(fig: Any, out: Path) -> list[Path]:
+    """Write ``out``.png and ``out``.svg, close the figure; returns their paths."""
+    plt = pyplot()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return paths
+
+
+def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) -> list[Path]:
+    """Write ``out``.png and ``out``.svg; returns their paths."""
+    plt = pyplot()
     columns = min(3, max(1, len(panels)))
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(
@@ -104,9 +121,4 @@ def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) 
                ncol=min(4, len(names)), fontsize=8, frameon=False)  # fmt: skip
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return paths
+    return save(fig, out)
