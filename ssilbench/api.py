@@ -202,10 +202,12 @@ class Task(ABC):
         replace: bool = False,
         device: torch.device | None = None,
         log: Callable[[str], None] = print,
+        test_frames: int = 0,
     ) -> TransitionStore:
         """Roll out the policy checkpoint ``policy`` until ``frames`` frames are stored, as the
-        dataset :meth:`dataset` opens under ``root``. Refuse (UsageError) a checkpoint this
-        task cannot run, naming the file and what it expected."""
+        dataset :meth:`dataset` opens under ``root`` (and ``test_frames`` more, from other
+        episodes, as its test split where the task keeps one). Refuse (UsageError) a
+        checkpoint this task cannot run, naming the file and what it expected."""
         raise NotImplementedError
 
     def train_expert(

@@ -920,6 +920,13 @@ def data_import(state: State, family: str, source: str, tasks, options, data_roo
     help="Checkpoint of the policy to roll out (from 'ssilbench expert train').",
 )
 @click.option("--frames", required=True, type=click.IntRange(min=2), help="Frames to store.")
+@click.option(
+    "--test-frames",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Frames of other episodes stored as the test split (offline diagnostics).",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
     "-o",
@@ -933,8 +940,9 @@ def data_import(state: State, family: str, source: str, tasks, options, data_roo
 @click.option("--replace", is_flag=True, help="Overwrite a dataset of the same name.")
 @click.option("--device", default="cpu", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.pass_obj
-def data_collect(state: State, env_id: str, policy: str, frames: int, seed: int, options,
-                 data_root: str, replace: bool, device: str) -> None:  # fmt: skip
+def data_collect(state: State, env_id: str, policy: str, frames: int, test_frames: int,
+                 seed: int, options, data_root: str, replace: bool,
+                 device: str) -> None:  # fmt: skip
     """Roll out a policy checkpoint in ENV_ID and store the frames as its dataset."""
     from ssilbench.api import provides
 
@@ -946,7 +954,7 @@ def data_collect(state: State, env_id: str, policy: str, frames: int, seed: int,
 
     store = task.collect_dataset(Path(policy), frames, Path(data_root).expanduser(), seed=seed,
                                  replace=replace, device=resolve_device(device),
-                                 log=_log(state))  # fmt: skip
+                                 log=_log(state), test_frames=test_frames)  # fmt: skip
     click.echo(f"{family}:{task_name}: {store.num_frames} frames, {store.num_episodes} episodes, "
                f"{store.num_transitions} transitions at {store.root}")  # fmt: skip
 

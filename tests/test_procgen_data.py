@@ -346,6 +346,14 @@ def test_collect_from_an_untrained_policy(tmp_path):
         task.collect_dataset(policy, 120, tmp_path, seed=3)
     twin = task.collect_dataset(policy, 120, tmp_path, seed=3, replace=True, log=lambda _: None)
     assert twin.manifest["files"] == store.manifest["files"]  # same seed, same data
+    assert task.test_set() is None  # no test split collected
+    task.collect_dataset(policy, 120, tmp_path, seed=3, replace=True, log=lambda _: None,
+                         test_frames=80)  # fmt: skip
+    test = task.test_set()
+    assert test is not None and 0 < len(test.actions) < 80
+    assert test.obs.shape[1:] == (3, 64, 64) and test.next_obs.shape == test.obs.shape
+    train = np.asarray(store.obs[:8])
+    assert not any(np.array_equal(train[0], frame) for frame in test.obs)  # other episodes
 
 
 def test_collect_refuses_a_checkpoint_of_another_architecture(cli, tmp_path):

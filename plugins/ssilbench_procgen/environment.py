@@ -35,6 +35,7 @@ DEFAULT_STEPS = 120_000
 # as uint8, four times that as float on the device.
 _TEST_SAMPLE_SEED = 0
 _COLLECT_ENVS = 16
+_TEST_SEED_OFFSET = 1_000_003
 
 LAPO_SOURCE = (
     "(R - random) / (expert - random): uniform-random-policy return and mean expert-data "
@@ -235,6 +236,7 @@ class ProcgenTask(Task):
         replace: bool = False,
         device: torch.device | None = None,
         log: Callable[[str], None] = print,
+        test_frames: int = 0,
     ) -> TransitionStore:
         import torch
 
@@ -271,6 +273,15 @@ class ProcgenTask(Task):
         )  # fmt: skip
         # A test split left by the data this one replaced describes other data.
         shutil.rmtree(path.parent / "test", ignore_errors=True)
+        if test_frames:
+            log(f"{self.env_id}: collecting {test_frames} test frames")
+            # Other seeds, so other levels: the test split holds episodes training never saw.
+            collect_rollouts(
+                self._training_env(), model, path.parent / "test", test_frames,
+                seed + _TEST_SEED_OFFSET, _COLLECT_ENVS,
+                {**producer, "seed": seed + _TEST_SEED_OFFSET, "frames": test_frames},
+                {"complexity": complexity(self.game)}, device or torch.device("cpu"), log,
+            )  # fmt: skip
         self._data_dir = path.parent
         return store
 
