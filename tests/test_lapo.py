@@ -110,7 +110,11 @@ def test_dead_codes_restart_at_the_worst_represented_latents():
 def test_world_model_shapes_and_loss():
     cfg = WorldModelConfig(**SMALL)
     assert cfg.latent_dim == 2 * 4 * 16 == 128 and cfg.scale == 1 and cfg.widths == (16, 32)
-    assert WorldModelConfig().scale == 4 and WorldModelConfig().widths == (64, 128, 256)
+    paper = WorldModelConfig()
+    assert paper.scale == 4 and paper.widths == (16, 32, 64, 128, 256, 512)
+    # Sized like the paper's reference code's forward model (7,812,843 parameters).
+    unet = LatentUNet(3, paper.latent_dim, paper.widths)
+    assert sum(p.numel() for p in unet.parameters()) == 7_942_595
     model = WorldModel(cfg, (3, 11, 11))
     s, s_next = torch.rand(4, 3, 11, 11), torch.rand(4, 3, 11, 11)
     assert model.idm(s, s_next).shape == (4, 128)
