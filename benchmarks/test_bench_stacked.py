@@ -1,7 +1,9 @@
-"""Stacked training steps of the maze studies' panels: 35 runs (7 splits x 5 seeds) at once.
+"""Stacked training steps of the maze studies' panels, with and without the fast paths.
 
-The 1L CNN on maze images is measured with the distinct-patch fast path
-(``ssilbench_baselines.conv_max``) and with the plain ``vmap``-ed convolution it replaces.
+The 1L CNN on maze images (35 runs: 7 splits x 5 seeds) is measured with the distinct-patch
+fast path (``ssilbench_baselines.conv_max``) and with the plain ``vmap``-ed convolution it
+replaces; the 5L MLP policy stage of the stochastic-expert study (70 runs on the grid's 988
+transitions, batch 512) with and without distinct rows (``ssilbench_baselines.distinct_rows``).
 Run with ``python -m pytest benchmarks/test_bench_stacked.py`` (one thread: the studies run
 one per core).
 """
@@ -15,9 +17,10 @@ from ssilbench.api import Stage
 from ssilbench.data.tensors import as_model_input, pair
 from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.budget import StagePlan
-from ssilbench_baselines.architectures import CNN1
+from ssilbench_baselines.architectures import CNN1, MLP5
 from ssilbench_baselines.conv_max import distinct_patch_ids
 from ssilbench_maze.environment import MazeEnvironment, MazeOptions
+from ssilbench_maze.grid import GridEnvironment
 
 SPLITS = [0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0]
 SEEDS = 5
@@ -46,7 +49,7 @@ def _runs(size: str):
     return inputs, targets
 
 
-class _PlainConv(torch.nn.Module):
+class _Plain(torch.nn.Module):
     """The same network without the fast path (no ``stacked_encode``)."""
 
     def __init__(self, net: torch.nn.Module) -> None:
@@ -57,16 +60,16 @@ class _PlainConv(torch.nn.Module):
         return self.net(x)
 
 
-def _train(inputs, targets, plain: bool) -> None:
+def _train(inputs, targets, plain: bool, arch=CNN1, batch: int = 32) -> None:
     nets = []
     for _ in inputs:
-        net = CNN1().build(tuple(inputs[0].shape[1:]), 4)
-        nets.append(_PlainConv(net) if plain else net)
+        net = arch().build(tuple(inputs[0].shape[1:]), 4)
+        nets.append(_Plain(net) if plain else net)
     budgets = [
         StagePlan([Stage("fit", STEPS)], 10**9, evaluate=lambda p: None).stage("fit")
         for _ in inputs
     ]
-    fit_classifiers(nets, inputs, targets, budgets, lr=1e-4, batch_sizes=[32] * len(inputs),
+    fit_classifiers(nets, inputs, targets, budgets, lr=arch.lr, batch_sizes=[batch] * len(inputs),
                     seeds=list(range(len(inputs))), rule=None)  # fmt: skip
 
 
@@ -85,3 +88,20 @@ def test_cnn1_stacked_steps(benchmark, size, path):
 def test_cnn1_patch_encoding(benchmark, size):
     inputs, _ = _runs(size)
     benchmark.pedantic(distinct_patch_ids, args=(inputs, 3), rounds=2)
+
+
+@pytest.mark.parametrize("p_right", [1.0, 0.5])
+@pytest.mark.parametrize("path", ["distinct_rows", "plain"])
+def test_mlp5_grid_policy_steps(benchmark, tmp_path_factory, p_right, path):
+    env = GridEnvironment()
+    task = env.load("20x20", env.Options(p_right=p_right))
+    store = task.dataset(tmp_path_factory.mktemp("grid"))
+    rows = store.transition_indices()
+    x = as_model_input(store.obs[rows])
+    y = torch.as_tensor(store.actions[rows], dtype=torch.long)
+    inputs, targets = [x] * 70, [y] * 70
+    benchmark.extra_info.update(runs=70, steps=STEPS, distinct_states=len(torch.unique(x, dim=0)))
+    benchmark.pedantic(
+        _train, args=(inputs, targets, path == "plain"), kwargs={"arch": MLP5, "batch": 512},
+        rounds=2,
+    )  # fmt: skip
