@@ -87,6 +87,19 @@ def test_steps_scale_is_a_fraction_of_the_environment_default(plugins, data_root
     assert {r.steps for r in build_plan(plugins, sweep(steps_scale=1e-9), data_root).runs} == {1}
 
 
+def test_labels_name_only_values_that_differ_from_the_defaults():
+    from pydantic import BaseModel
+
+    from ssilbench.runner.plan import label
+
+    class Config(BaseModel):
+        hidden: tuple[int, ...] = (128, 128)
+        lr: float = 1e-3
+
+    assert label("m", {"hidden": [128, 128]}, Config) == "m"  # a tuple read back as a list
+    assert label("m", {"hidden": [64], "lr": 0.01}, Config) == "m (hidden=[64], lr=0.01)"
+
+
 def test_unknown_method(plugins, data_root):
     with pytest.raises(UnknownNameError) as info:
         build_plan(plugins, sweep(methods=["bc", "vm_idn"]), data_root)

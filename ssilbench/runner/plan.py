@@ -242,11 +242,12 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
 
 def non_default(model: BaseModel) -> dict[str, Any]:
     """The fields of a config or options model that differ from their defaults."""
-    defaults = type(model)()
+    # Both sides as JSON: a tuple default and the list it is read back as are the same value.
+    defaults = type(model)().model_dump(mode="json")
     return {
         k: v
         for k, v in model.model_dump(mode="json").items()
-        if v != getattr(defaults, k) and not (hasattr(v, "__len__") and v == [])
+        if v != defaults[k] and not (hasattr(v, "__len__") and v == [])
     }
 
 
