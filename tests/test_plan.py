@@ -104,7 +104,7 @@ def test_unknown_method(plugins, data_root):
     with pytest.raises(UnknownNameError) as info:
         build_plan(plugins, sweep(methods=["bc", "vm_idn"]), data_root)
     assert "Did you mean 'vm_idm'?" in str(info.value)
-    assert "bc, idm_labeling, vm_idm" in str(info.value)
+    assert f"Available: {', '.join(plugins.methods.names())}." in str(info.value)
 
 
 def test_unknown_task(plugins, data_root):
