@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ssilbench.api import EnvSpec, Normaliser, RunContext, Stage
 from ssilbench.data.split import UnlabeledView
-from ssilbench.data.tensors import pair
+from ssilbench.data.tensors import as_model_input, pair
 from ssilbench.train.budget import StagePlan
 from ssilbench.train.supervised import fit_classifier
 from ssilbench_baselines.impala import Impala, mlp
@@ -138,31 +138,26 @@ def _baseline_net(size: str, channels: int) -> torch.nn.Module:
     return Impala(scale=_config(size).scale).build((channels, 64, 64), 15).to(DEVICE)
 
 
+def _classifier_steps(benchmark, net: torch.nn.Module, inputs: torch.Tensor) -> None:
+    """The baselines' own path: ``fit_classifier`` on float inputs with random labels."""
+    actions = torch.randint(0, 15, (len(inputs),), device=DEVICE)
+
+    def run():
+        fit_classifier(net, inputs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
+        _sync()
+
+    _report(benchmark, run)
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_bc_policy(benchmark, frames, size):
     """BC (and idm_labeling's policy stage): IMPALA classifier on float frames, the
     baselines' own path (``fit_classifier`` on a float tensor of every state)."""
-    obs = torch.as_tensor(frames[:FRAMES], device=DEVICE).float() / 255
-    actions = torch.randint(0, 15, (FRAMES,), device=DEVICE)
-    net = _baseline_net(size, 3)
-
-    def run():
-        fit_classifier(net, obs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
-        _sync()
-
-    _report(benchmark, run)
+    _classifier_steps(benchmark, _baseline_net(size, 3), as_model_input(frames[:FRAMES], DEVICE))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_idm_labeling_idm(benchmark, frames, size):
     """idm_labeling's IDM stage: IMPALA on (s, s') stacked as 6 channels."""
-    obs = torch.as_tensor(frames, device=DEVICE).float() / 255
-    pairs = pair(obs[:-1], obs[1:])
-    actions = torch.randint(0, 15, (FRAMES,), device=DEVICE)
-    net = _baseline_net(size, 6)
-
-    def run():
-        fit_classifier(net, pairs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
-        _sync()
-
-    _report(benchmark, run)
+    obs = as_model_input(frames, DEVICE)
+    _classifier_steps(benchmark, _baseline_net(size, 6), pair(obs[:-1], obs[1:]))

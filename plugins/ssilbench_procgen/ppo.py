@@ -12,8 +12,6 @@ checkpoint of another architecture is refused by name rather than failing on sha
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +23,7 @@ from torch import nn
 
 from ssilbench.data.tensors import as_model_input
 from ssilbench.errors import UsageError
+from ssilbench.train.checkpoint import save_atomic
 from ssilbench_procgen.expert_config import RESUMABLE, ExpertConfig
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
@@ -52,18 +51,6 @@ class ActorCritic(nn.Module):
 def architecture_record(scale: int) -> dict[str, Any]:
     return {"name": ARCHITECTURE, "scale": scale, "in_channels": OBS_SHAPE[0],
             "num_actions": NUM_ACTIONS}  # fmt: skip
-
-
-def _save(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_checkpoint(path: Path) -> dict[str, Any]:
@@ -211,7 +198,7 @@ def train(
                 f"{per_update * (update + 1 - start) / (time.monotonic() - t0):.0f} steps/s"
             )
             if (update + 1) % config.checkpoint_every == 0 or update + 1 == total_updates:
-                _save(out, payload(update + 1))
+                save_atomic(payload(update + 1), out)
     finally:
         venv.close()
     return history[-1]

@@ -21,6 +21,20 @@ from typing import Any
 import torch
 
 
+def save_atomic(payload: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it into place: a reader
+    sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class RunCheckpoints:
     """The checkpoints of one run."""
 
@@ -35,16 +49,8 @@ class RunCheckpoints:
         return self.root / f"{stage}.pt"
 
     def save(self, stage: str, state: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state()}
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
-            os.replace(tmp, self._path(stage))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_atomic(payload, self._path(stage))
 
     def load(self, stage: str) -> dict[str, Any] | None:
         path = self._path(stage)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import torch
 from torch import nn
 
 from ssilbench.train.budget import StageBudget
+from ssilbench.train.checkpoint import save_atomic
 
 # Bump when a trainer's computation changes, so that older entries are never reused.
 FORMAT = 1
@@ -102,14 +102,7 @@ class StageCache:
             "stopped_early": budget.stopped_early,
             "meta": json.dumps({"stage": budget.stage.name, "saved": time.time()}),
         }
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(entry, f)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_atomic(entry, path)
 
     def entries(self) -> list[CacheEntry]:
         out = []
