@@ -13,8 +13,6 @@ path.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,13 +27,6 @@ class GlobalMaxPool(nn.Module):
         return x.amax(dim=(-2, -1))
 
 
-@dataclass(frozen=True)
-class PatchTable:
-    """Every distinct patch of a dataset, flattened in ``Conv2d`` weight order (C, kh, kw)."""
-
-    patches: torch.Tensor  # (U, C * kh * kw)
-
-
 class ConvGlobalMax(nn.Sequential):
     """``Conv2d(in_channels, out, kernel)`` then the maximum over every position."""
 
@@ -45,25 +36,22 @@ class ConvGlobalMax(nn.Sequential):
 
     def stacked_encode(
         self, inputs: list[torch.Tensor], batch: int
-    ) -> tuple[list[torch.Tensor], PatchTable] | None:
+    ) -> tuple[list[torch.Tensor], torch.Tensor] | None:
         """Per run, each image as the ids of its distinct patches (padded by repeating one of
-        its own ids, which leaves a maximum unchanged), and the table those ids index; None
-        when the data has too many distinct patches for this to pay."""
-        encoded = distinct_patch_ids(inputs, self.kernel)
-        if encoded is None:
-            return None
-        rows, patches = encoded
-        return rows, PatchTable(patches)
+        its own ids, which leaves a maximum unchanged), and the table of patches those ids
+        index, flattened in ``Conv2d`` weight order; None when the data has too many distinct
+        patches for this to pay."""
+        return distinct_patch_ids(inputs, self.kernel)
 
     @staticmethod
     def stacked_forward(
-        params: dict[str, torch.Tensor], rows: torch.Tensor, table: PatchTable
+        params: dict[str, torch.Tensor], rows: torch.Tensor, table: torch.Tensor
     ) -> torch.Tensor:
         """Outputs (R, B, out) of R stacked copies for rows of patch ids (R, B, K)."""
         weight, bias = params["0.weight"], params["0.bias"]  # (R, O, C, kh, kw), (R, O)
         runs, batch, width = rows.shape
         outs = weight.shape[1]
-        values = torch.einsum("up,rop->ruo", table.patches, weight.flatten(2)) + bias[:, None]
+        values = torch.einsum("up,rop->ruo", table, weight.flatten(2)) + bias[:, None]
         index = rows.reshape(runs, batch * width, 1).expand(-1, -1, outs)
         return values.gather(1, index).view(runs, batch, width, outs).amax(2)
 
@@ -95,10 +83,9 @@ def distinct_patch_ids(
     image_ids: list[torch.Tensor] = []
     for start in range(0, len(images), _CHUNK):
         cols = F.unfold(images[start : start + _CHUNK], kernel)  # (m, P, L)
-        patches, inverse = _distinct_rows(cols.transpose(1, 2).reshape(-1, cols.shape[1]))
-        keys = _keys(patches).tolist()
+        patches, inverse, keys = _distinct_rows(cols.transpose(1, 2).reshape(-1, cols.shape[1]))
         to_table = torch.empty(len(patches), dtype=torch.long)
-        for j, key in enumerate(keys):
+        for j, key in enumerate(keys.tolist()):
             if key not in known:
                 known[key] = len(table)
                 table.append(patches[j])
@@ -129,8 +116,9 @@ def _keys(rows: torch.Tensor) -> torch.Tensor:
     return rows.double() @ (weights + 0.5)
 
 
-def _distinct_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The distinct rows of ``x`` (first axis) and, for each row, the index of its copy.
+def _distinct_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The distinct rows of ``x`` (first axis), for each row the index of its copy, and the
+    distinct rows' fingerprints.
 
     Rows are grouped by fingerprint and then compared exactly; should two different rows
     share one, the slow exact path runs."""
@@ -141,4 +129,5 @@ def _distinct_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     distinct = flat[first]
     if not torch.equal(distinct[inverse], flat):
         distinct, inverse = torch.unique(flat, dim=0, return_inverse=True)
-    return distinct.view(-1, *x.shape[1:]), inverse
+        keys = _keys(distinct)
+    return distinct.view(-1, *x.shape[1:]), inverse, keys
