@@ -98,7 +98,26 @@ class EnvSpec(BaseModel):
     obs_dtype: Literal["float32", "uint8"]
     obs_kind: Literal["vector", "image"]
     num_actions: int
+    """Discrete actions: how many. Continuous actions: the action vector's dimension."""
     action_names: tuple[str, ...] = ()
+    action_kind: Literal["discrete", "continuous"] = "discrete"
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    """Per-dimension bounds of continuous actions."""
+    extra_obs: dict[str, tuple[tuple[int, ...], str]] = {}
+    """Per-frame observation arrays beside the main frame: ``{name: (shape, dtype)}`` (a
+    second camera, a proprioceptive vector). Where there are any, the vector environment
+    observes a dict ``{"obs": frames, **extras}`` and the store keeps each in its own file."""
+    frame_stack: int = 1
+    """Frames per observation of the vector environment (oldest first; the first frame is
+    repeated at reset). Above 1 every observation array has this axis after the env axis."""
+    action_chunk: int = 1
+    """Actions a policy predicts per call (the evaluation protocol's default)."""
+    action_execute: int = 1
+    """How many of a predicted chunk the rollout executes before asking again."""
+    episode_score: Literal["return", "max_reward"] = "return"
+    """An episode's score: the sum of its rewards, or the largest reward seen (Push-T's
+    maximum coverage)."""
     horizon: int
     eval_episodes: int
     eval_every: int
@@ -253,7 +272,13 @@ class Environment(ABC):
 
 
 class Policy(ABC):
-    """A trained policy. Observations are model-input tensors (see ``data.tensors``)."""
+    """A trained policy. Observations are model-input tensors (see ``data.tensors``).
+
+    Discrete-action policies implement :meth:`probs` and inherit :meth:`act`. A
+    continuous-action policy overrides :meth:`act` to return actions of shape (batch, A), or
+    chunks (batch, K, A) of which the rollout executes ``spec.action_execute``; its
+    observations are a dict of tensors where the environment has ``extra_obs``.
+    """
 
     @abstractmethod
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
@@ -279,7 +304,11 @@ class Architecture(ABC):
 
     description: ClassVar[str] = ""
     input_kinds: ClassVar[tuple[str, ...]] = ("vector", "image")
+    action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)
     lr: ClassVar[float] = 1e-3
+    unified: ClassVar[bool] = False
+    """True for a multi-role network (``ssilbench.train.roles``): one model that the
+    methods train as a policy, an IDM or a video model instead of building a classifier."""
 
     @abstractmethod
     def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:

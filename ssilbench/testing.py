@@ -23,17 +23,32 @@ def _require(condition: bool, message: str) -> None:
         raise ConformanceError(message)
 
 
+def _random_actions(spec, rng: np.random.Generator, num_envs: int) -> np.ndarray:
+    if spec.action_kind == "continuous":
+        low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+        return rng.uniform(low, high, size=(num_envs, spec.num_actions)).astype(np.float32)
+    return rng.integers(0, spec.num_actions, size=num_envs)
+
+
+def _arrays(obs) -> tuple[np.ndarray, ...]:
+    """An observation as a tuple of arrays (a dict observation key by key, sorted)."""
+    if isinstance(obs, dict):
+        return tuple(np.array(obs[key]) for key in sorted(obs))
+    return (np.array(obs),)
+
+
 def _rollout(task: Task, num_envs: int, seed: int, steps: int) -> list[tuple]:
     venv = task.make_vec_env(num_envs, seed=seed)
     try:
         rng = np.random.Generator(np.random.PCG64(seed))
         obs, _ = venv.reset(seed=seed)
-        trace = [(np.array(obs),)]
+        trace = [_arrays(obs)]
         for _ in range(steps):
-            actions = rng.integers(0, task.spec.num_actions, size=num_envs)
-            obs, reward, terminated, truncated, _ = venv.step(actions)
+            obs, reward, terminated, truncated, _ = venv.step(
+                _random_actions(task.spec, rng, num_envs)
+            )
             trace.append(
-                (np.array(obs), np.array(reward), np.array(terminated), np.array(truncated))
+                (*_arrays(obs), np.array(reward), np.array(terminated), np.array(truncated))
             )
         return trace
     finally:
@@ -46,25 +61,44 @@ def check_vector_env(task: Task, num_envs: int = 4, seed: int = 0) -> None:
     venv = task.make_vec_env(num_envs, seed=seed)
     try:
         _require(venv.num_envs == num_envs, f"{spec.env_id}: num_envs is not {num_envs}")
+        expected = _observation_layout(spec)
         space = venv.single_observation_space
+        spaces = space.spaces if spec.extra_obs else {"obs": space}
         _require(
-            tuple(space.shape) == tuple(spec.obs_shape),
-            f"{spec.env_id}: observation space {space.shape} != spec.obs_shape {spec.obs_shape}",
+            sorted(spaces) == sorted(expected),
+            f"{spec.env_id}: observation keys {sorted(spaces)} != {sorted(expected)}",
         )
-        _require(
-            np.dtype(space.dtype) == np.dtype(spec.obs_dtype),
-            f"{spec.env_id}: observation dtype {space.dtype} != spec.obs_dtype {spec.obs_dtype}",
-        )
+        for key, (shape, dtype) in expected.items():
+            _require(
+                tuple(spaces[key].shape) == shape,
+                f"{spec.env_id}: observation space {key!r} has shape {spaces[key].shape}, "
+                f"the spec implies {shape}",
+            )
+            _require(
+                np.dtype(spaces[key].dtype) == np.dtype(dtype),
+                f"{spec.env_id}: observation {key!r} dtype {spaces[key].dtype} != {dtype}",
+            )
         action_space = venv.single_action_space
-        _require(
-            getattr(action_space, "n", None) == spec.num_actions,
-            f"{spec.env_id}: action space {action_space} has not {spec.num_actions} actions",
-        )
+        if spec.action_kind == "continuous":
+            _require(
+                tuple(action_space.shape) == (spec.num_actions,)
+                and np.allclose(action_space.low, spec.action_low)
+                and np.allclose(action_space.high, spec.action_high),
+                f"{spec.env_id}: action space {action_space} is not a box of "
+                f"{spec.num_actions} in [{spec.action_low}, {spec.action_high}]",
+            )
+        else:
+            _require(
+                getattr(action_space, "n", None) == spec.num_actions,
+                f"{spec.env_id}: action space {action_space} has not {spec.num_actions} actions",
+            )
         obs, _ = venv.reset(seed=seed)
-        _require(
-            obs.shape == (num_envs, *spec.obs_shape),
-            f"{spec.env_id}: reset gives observations of shape {obs.shape}",
-        )
+        observed = obs if spec.extra_obs else {"obs": obs}
+        for key, (shape, _) in expected.items():
+            _require(
+                np.shape(observed[key]) == (num_envs, *shape),
+                f"{spec.env_id}: reset gives {key!r} of shape {np.shape(observed[key])}",
+            )
     finally:
         venv.close()
 
@@ -85,6 +119,14 @@ def check_vector_env(task: Task, num_envs: int = 4, seed: int = 0) -> None:
     )
 
 
+def _observation_layout(spec) -> dict[str, tuple[tuple[int, ...], str]]:
+    """What one sub-environment observes, key by key, frame-stack axis included."""
+    stack = (spec.frame_stack,) if spec.frame_stack > 1 else ()
+    layout = {"obs": (tuple(spec.obs_shape), spec.obs_dtype)}
+    layout.update({name: (tuple(shape), dtype) for name, (shape, dtype) in spec.extra_obs.items()})
+    return {key: ((*stack, *shape), dtype) for key, (shape, dtype) in layout.items()}
+
+
 def check_dataset(task: Task, root: Path) -> None:
     """The dataset's frames and actions match the spec, and it reopens identically (cached)."""
     spec = task.spec
@@ -100,10 +142,27 @@ def check_dataset(task: Task, root: Path) -> None:
     index = store.transition_indices()
     _require(len(index) > 0, f"{spec.env_id}: dataset has no transitions")
     actions = np.asarray(store.actions[index])
-    _require(
-        actions.min() >= 0 and actions.max() < spec.num_actions,
-        f"{spec.env_id}: dataset actions outside 0..{spec.num_actions - 1}",
-    )
+    if spec.action_kind == "continuous":
+        _require(
+            actions.shape[1:] == (spec.num_actions,)
+            and bool(np.all(actions >= np.asarray(spec.action_low) - 1e-6))
+            and bool(np.all(actions <= np.asarray(spec.action_high) + 1e-6)),
+            f"{spec.env_id}: dataset actions of shape {actions.shape[1:]} or outside "
+            f"[{spec.action_low}, {spec.action_high}]",
+        )
+    else:
+        _require(
+            actions.min() >= 0 and actions.max() < spec.num_actions,
+            f"{spec.env_id}: dataset actions outside 0..{spec.num_actions - 1}",
+        )
+    for name, (shape, dtype) in spec.extra_obs.items():
+        array = store.extras.get(name)
+        _require(
+            array is not None
+            and tuple(array.shape) == (store.num_frames, *shape)
+            and np.dtype(array.dtype) == np.dtype(dtype),
+            f"{spec.env_id}: dataset lacks the extra observation {name!r} {shape} {dtype}",
+        )
     again = task.dataset(root)
     _require(
         again.manifest["files"] == store.manifest["files"],

@@ -10,7 +10,7 @@ action array.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,10 +84,16 @@ def permutation(n: int, seed: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Transitions:
-    """Transitions (s, s') as frame indices into the stored frames."""
+    """Transitions (s, s') as frame indices into the stored frames.
+
+    ``extras`` are the store's other per-frame observation arrays and ``episode_ends`` its
+    episode boundaries, for methods that read windows of frames around a transition.
+    """
 
     frames: np.ndarray
     index: np.ndarray
+    extras: dict[str, np.ndarray] = field(default_factory=dict, kw_only=True)
+    episode_ends: np.ndarray | None = field(default=None, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -128,8 +134,8 @@ def split(
         n_l = resolve_budget(budget, len(transitions), unit)
         labeled = transitions[np.sort(permutation(len(transitions), seed)[:n_l])]
     actions = np.array(store.actions[labeled])  # a copy: the view cannot see other labels
-    frames = store.obs
+    shared = {"frames": store.obs, "extras": store.extras, "episode_ends": store.episode_ends}
     return (
-        LabeledView(frames=frames, index=labeled, actions=actions),
-        UnlabeledView(frames=frames, index=transitions),
+        LabeledView(index=labeled, actions=actions, **shared),
+        UnlabeledView(index=transitions, **shared),
     )

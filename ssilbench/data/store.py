@@ -7,6 +7,9 @@ Layout of a store directory::
                       episode carries a filler value that no transition uses)
     rewards.npy       (F,) float32     reward received for the action at frame i
     episode_ends.npy  (E,) int64       exclusive end index of each episode
+    obs.NAME.npy      (F, *shape)      optional per-frame observation arrays beside the
+                      main frame (a wrist camera, proprioception), listed under
+                      ``extra_obs`` in the manifest
     manifest.json     format version, producer, sizes, sha256 of every file, reference scores
 
 Transition i is (obs[i], actions[i], obs[i+1]) for every i that is not the last frame of
@@ -20,7 +23,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +54,7 @@ class TransitionStore:
     rewards: np.ndarray
     episode_ends: np.ndarray
     manifest: dict[str, Any]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def num_frames(self) -> int:
@@ -84,13 +88,15 @@ class TransitionStore:
         episode_ends: np.ndarray,
         producer: dict[str, Any],
         metadata: dict[str, Any] | None = None,
+        extras: dict[str, np.ndarray] | None = None,
     ) -> TransitionStore:
         """Write a complete store atomically (a killed writer leaves no half store)."""
         root = Path(root)
         episode_ends = np.asarray(episode_ends, dtype=np.int64)
         n = len(obs)
-        if not (len(actions) == len(rewards) == n):
-            raise ValueError("obs, actions and rewards must have one entry per frame")
+        extras = {_extra_name(k): v for k, v in (extras or {}).items()}
+        if not (len(actions) == len(rewards) == n) or any(len(v) != n for v in extras.values()):
+            raise ValueError("obs, actions, rewards and extras must have one entry per frame")
         if len(episode_ends) == 0 or episode_ends[-1] != n or np.any(np.diff(episode_ends) < 2):
             raise ValueError(
                 "episode_ends must be increasing, end at len(obs), episodes >= 2 frames"
@@ -105,6 +111,7 @@ class TransitionStore:
                 "actions": np.ascontiguousarray(actions),
                 "rewards": np.ascontiguousarray(rewards, dtype=np.float32),
                 "episode_ends": episode_ends,
+                **{f"obs.{k}": np.ascontiguousarray(v) for k, v in extras.items()},
             }
             files = {}
             for key, value in arrays.items():
@@ -122,6 +129,8 @@ class TransitionStore:
                 "obs_dtype": str(arrays["obs"].dtype),
                 "action_shape": list(arrays["actions"].shape[1:]),
                 "action_dtype": str(arrays["actions"].dtype),
+                "extra_obs": {k: {"shape": list(v.shape[1:]), "dtype": str(v.dtype)}
+                              for k, v in extras.items()},  # fmt: skip
                 "files": files,
                 "metadata": metadata or {},
             }
@@ -168,7 +177,9 @@ class TransitionStore:
                 f"folder {root} so it is rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             )
-        for key in ARRAYS:
+        extra_obs = manifest.get("extra_obs", {})
+        keys = [*ARRAYS, *(f"obs.{name}" for name in extra_obs)]
+        for key in keys:
             path = root / f"{key}.npy"
             expected = manifest["files"].get(path.name)
             if expected is None or not path.is_file():
@@ -189,7 +200,7 @@ class TransitionStore:
         try:
             arrays = {
                 key: np.load(root / f"{key}.npy", mmap_mode="r", allow_pickle=False)
-                for key in ARRAYS
+                for key in keys
             }
         except ValueError as exc:
             raise DatasetError(
@@ -197,7 +208,8 @@ class TransitionStore:
                 "rebuilt (ssilbench data build ENV --rebuild).",
                 root,
             ) from exc
-        return cls(root=root, manifest=manifest, **arrays)
+        extras = {name: arrays.pop(f"obs.{name}") for name in extra_obs}
+        return cls(root=root, manifest=manifest, extras=extras, **arrays)
 
 
 # Room for any .npy header of a few dimensions: numpy pads headers to 64-byte multiples,
@@ -273,6 +285,7 @@ class TransitionStoreWriter:
         metadata: dict[str, Any] | None = None,
         action_shape: tuple[int, ...] = (),
         action_dtype: np.dtype | str = np.int64,
+        extra_obs: dict[str, tuple[tuple[int, ...], np.dtype | str]] | None = None,
     ) -> None:
         self.root = Path(root)
         self.producer = producer
@@ -287,6 +300,11 @@ class TransitionStoreWriter:
             ),
             "rewards": _AppendedArray(self.partial / "rewards.npy", (), np.dtype(np.float32)),
         }
+        self.extra_names = [_extra_name(name) for name in (extra_obs or {})]
+        for name, (shape, dtype) in (extra_obs or {}).items():
+            self._arrays[f"obs.{name}"] = _AppendedArray(
+                self.partial / f"obs.{name}.npy", tuple(shape), np.dtype(dtype)
+            )
         self.episode_ends: list[int] = []
         self._open = 0  # stored frames of the episode not yet ended
         self._done = False
@@ -296,12 +314,26 @@ class TransitionStoreWriter:
         return self._arrays["obs"].rows
 
     def append(
-        self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, ends_episode: np.ndarray
+        self,
+        obs: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        ends_episode: np.ndarray,
+        extras: dict[str, np.ndarray] | None = None,
     ) -> None:
-        """Append consecutive frames; an episode may continue into the next call."""
+        """Append consecutive frames; an episode may continue into the next call.
+
+        ``extras`` holds a block for each of the writer's ``extra_obs``."""
         n = len(obs)
-        if not (len(actions) == len(rewards) == len(ends_episode) == n):
-            raise ValueError("obs, actions, rewards and ends_episode need one entry per frame")
+        extras = extras or {}
+        if sorted(extras) != sorted(self.extra_names):
+            raise ValueError(f"extras must be exactly {sorted(self.extra_names)}, "
+                             f"got {sorted(extras)}")  # fmt: skip
+        if not (len(actions) == len(rewards) == len(ends_episode) == n) or any(
+            len(v) != n for v in extras.values()
+        ):
+            raise ValueError("obs, actions, rewards, ends_episode and extras need one entry "
+                             "per frame")  # fmt: skip
         keep = np.ones(n, dtype=bool)
         stored_before, kept, pos = self.num_frames, 0, 0
         for end in np.flatnonzero(np.asarray(ends_episode, dtype=bool)).tolist():
@@ -313,11 +345,10 @@ class TransitionStoreWriter:
                 self.episode_ends.append(stored_before + kept)
             self._open, pos = 0, end + 1
         self._open += n - pos
-        if not keep.all():
-            obs, actions, rewards = obs[keep], actions[keep], rewards[keep]
-        self._arrays["obs"].append(obs)
-        self._arrays["actions"].append(actions)
-        self._arrays["rewards"].append(rewards)
+        blocks = {"obs": obs, "actions": actions, "rewards": rewards,
+                  **{f"obs.{k}": v for k, v in extras.items()}}  # fmt: skip
+        for key, block in blocks.items():
+            self._arrays[key].append(block if keep.all() else np.asarray(block)[keep])
 
     def commit(self) -> TransitionStore:
         """Close the open episode (if any), write the manifest and move the store into place."""
@@ -350,6 +381,11 @@ class TransitionStoreWriter:
             "obs_dtype": str(obs.dtype),
             "action_shape": list(actions.row_shape),
             "action_dtype": str(actions.dtype),
+            "extra_obs": {
+                name: {"shape": list(self._arrays[f"obs.{name}"].row_shape),
+                       "dtype": str(self._arrays[f"obs.{name}"].dtype)}
+                for name in self.extra_names
+            },  # fmt: skip
             "files": files,
             "metadata": self.metadata,
         }
@@ -375,6 +411,14 @@ class TransitionStoreWriter:
     def __exit__(self, *exc: object) -> None:
         if not self._done:
             self.abort()
+
+
+def _extra_name(name: str) -> str:
+    # The name becomes part of a file name: keep it to one plain word.
+    if not name.isidentifier() or name in ARRAYS:
+        raise ValueError(f"extra observation name {name!r} must be an identifier other than "
+                         f"{', '.join(ARRAYS)}")  # fmt: skip
+    return name
 
 
 def partial_path(root: Path) -> Path:

@@ -24,26 +24,76 @@ class EvalResult:
     metrics: dict[str, float]
 
 
-def rollout_returns(
+@dataclass(frozen=True)
+class Episodes:
+    """One finished episode per sub-environment: its score and whether it succeeded."""
+
+    scores: np.ndarray
+    successes: np.ndarray | None
+    """Per episode, whether the environment reported ``is_success`` at any step (None when
+    it never reports success)."""
+
+
+def observation_input(obs, device: torch.device):
+    """A vector environment's observation as model input: a tensor, or a dict of tensors
+    for environments with ``extra_obs``."""
+    if isinstance(obs, dict):
+        return {key: as_model_input(value, device) for key, value in obs.items()}
+    return as_model_input(obs, device)
+
+
+def _action_plan(actions: torch.Tensor, spec: EnvSpec) -> list[np.ndarray]:
+    """The actions to execute before asking the policy again: one, or the first
+    ``spec.action_execute`` of a predicted chunk (batch, K, A)."""
+    actions = actions.detach().cpu().numpy()
+    if spec.action_kind == "continuous":
+        actions = actions.astype(np.float32)
+        if actions.ndim == 3:
+            return [actions[:, k] for k in range(min(spec.action_execute, actions.shape[1]))]
+    return [actions]
+
+
+def run_episodes(
     venv, policy: Policy, spec: EnvSpec, seed: int, device: torch.device, generator: torch.Generator
-) -> np.ndarray:
-    """The return of the first episode of each sub-environment."""
+) -> Episodes:
+    """Play the first episode of each sub-environment to its end."""
     obs, _ = venv.reset(seed=seed)
     n = venv.num_envs
-    returns = np.zeros(n, dtype=np.float64)
+    best = spec.episode_score == "max_reward"
+    scores = np.full(n, -np.inf if best else 0.0, dtype=np.float64)
     finished = np.zeros(n, dtype=bool)
+    succeeded = np.zeros(n, dtype=bool)
+    reports_success = False
     greedy = spec.action_selection == "greedy"
-    for _ in range(spec.horizon + 1):
-        actions = policy.act(as_model_input(obs, device), greedy=greedy, generator=generator)
-        obs, reward, terminated, truncated, _ = venv.step(actions.cpu().numpy())
-        returns += np.where(finished, 0.0, reward)
-        finished |= np.asarray(terminated) | np.asarray(truncated)
-        if finished.all():
-            return returns
+    steps = 0
+    while steps <= spec.horizon:
+        actions = policy.act(observation_input(obs, device), greedy=greedy, generator=generator)
+        for step_actions in _action_plan(actions, spec):
+            obs, reward, terminated, truncated, info = venv.step(step_actions)
+            steps += 1
+            live = ~finished
+            reward = np.asarray(reward, dtype=np.float64)
+            if best:
+                scores = np.where(live, np.maximum(scores, reward), scores)
+            else:
+                scores += np.where(live, reward, 0.0)
+            if "is_success" in info:
+                reports_success = True
+                succeeded |= live & np.asarray(info["is_success"], dtype=bool)
+            finished |= np.asarray(terminated) | np.asarray(truncated)
+            if finished.all():
+                return Episodes(scores, succeeded if reports_success else None)
     raise RuntimeError(
         f"{spec.env_id}: episodes did not end within the horizon of {spec.horizon} steps; "
         "the environment must truncate at its horizon"
     )
+
+
+def rollout_returns(
+    venv, policy: Policy, spec: EnvSpec, seed: int, device: torch.device, generator: torch.Generator
+) -> np.ndarray:
+    """The score (return, or best reward) of the first episode of each sub-environment."""
+    return run_episodes(venv, policy, spec, seed, device, generator).scores
 
 
 class Evaluator:
@@ -63,20 +113,25 @@ class Evaluator:
         self.test_set = TestSetScorer(test_set, device) if test_set is not None else None
 
     def __call__(self, policy: Policy) -> EvalResult:
+        success: dict[str, float] = {}
         if self.venv is None:
             returns = np.array([])
             mean = float("nan")
         else:
             generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
-            returns = rollout_returns(
+            episodes = run_episodes(
                 self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
             )
+            returns = episodes.scores
             mean = float(returns.mean())
+            if episodes.successes is not None:
+                success = {"success_rate": float(episodes.successes.mean())}
         return EvalResult(
             score=float(self.spec.normaliser(mean)),
             mean_return=mean,
             returns=tuple(float(r) for r in returns),
             metrics={
+                **success,
                 **(self.test_set(policy) if self.test_set is not None else {}),
                 **self.task.metrics(policy, self.device),
             },

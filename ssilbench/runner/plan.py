@@ -183,6 +183,13 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
             )
+        if spec.action_kind not in arch.action_kinds:
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} predicts "
+                f"{'/'.join(arch.action_kinds)} actions, but {spec.env_id} has "
+                f"{spec.action_kind} actions. Leave {fname} unset for the environment's default "
+                f"({spec.default_arch}) or choose an architecture for {spec.action_kind} actions."
+            )
 
 
 def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
