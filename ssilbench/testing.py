@@ -112,7 +112,7 @@ def check_vector_env(task: Task, num_envs: int = 4, seed: int = 0) -> None:
             )
     ended = np.zeros(num_envs, dtype=bool)
     for entry in first[1:]:
-        ended |= entry[2] | entry[3]
+        ended |= entry[-2] | entry[-1]
     _require(
         bool(ended.all()),
         f"{spec.env_id}: some episodes did not end within the horizon ({spec.horizon} steps)",

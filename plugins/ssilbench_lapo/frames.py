@@ -20,7 +20,6 @@ from torch import nn
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
-from ssilbench.train.memo import StageCache, reusable
 
 Rows = slice | np.ndarray
 
@@ -146,33 +145,3 @@ def fit_on_frames(
 
     optimise(net.parameters(), loss_fn, len(data), budget, lr=lr, batch_size=batch_size,
              seed=seed, rule=rule)  # fmt: skip
-
-
-def reuse_or_train(
-    trainer: str,
-    net: nn.Module,
-    tensors: list[torch.Tensor],
-    settings: dict,
-    budget: StageBudget,
-    device: torch.device,
-    train: Callable[[], None],
-) -> bool:
-    """Restore ``net`` from the stage cache when an identical stage was trained before,
-    else ``train()`` it and keep the result. Returns whether it was reused.
-
-    The key is the content of what determines the weights: ``net``'s starting weights, the
-    ``tensors`` it is trained on (hashed where they are, e.g. on the CPU before they move),
-    the ``settings``, the ``device`` type and the stage's step budget. What a
-    method does not pass (its name, the label budget, the run seed when the stage does not
-    use it) cannot split the cache.
-    """
-    cache: StageCache | None = reusable(budget)
-    if cache is None:
-        train()
-        return False
-    key = cache.key(trainer, net, tensors, {**settings, "steps": budget.stage.steps}, device)
-    if cache.restore(key, net, budget):
-        return True
-    train()
-    cache.save(key, net, budget)
-    return False

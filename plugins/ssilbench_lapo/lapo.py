@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from pydantic import Field
 
 from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
+from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.supervised import fit_classifier
 from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.frames import (
@@ -25,7 +26,6 @@ from ssilbench_lapo.frames import (
     evaluating,
     fit_on_frames,
     in_chunks,
-    reuse_or_train,
 )
 from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
 

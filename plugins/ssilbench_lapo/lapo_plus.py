@@ -21,6 +21,7 @@ from pydantic import Field
 from torch import nn
 
 from ssilbench.api import EnvSpec, Method, RunContext, Stage
+from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.supervised import ClassifierPolicy, fit_classifier
 from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.frames import (
@@ -28,7 +29,6 @@ from ssilbench_lapo.frames import (
     TransitionFrames,
     fit_on_frames,
     in_chunks,
-    reuse_or_train,
 )
 from ssilbench_lapo.world_model import LatentIDM, WorldModelConfig, impala_net, train_world_model
 

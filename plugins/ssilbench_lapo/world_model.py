@@ -26,8 +26,9 @@ from ssilbench.api import RunContext, Stage
 from ssilbench.data.tensors import pair
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import optimise
+from ssilbench.train.memo import reuse_or_train
 from ssilbench_baselines.impala import ImpalaTrunk, mlp
-from ssilbench_lapo.frames import Speed, TransitionFrames, reuse_or_train
+from ssilbench_lapo.frames import Speed, TransitionFrames
 from ssilbench_lapo.quantise import VectorQuantiser
 from ssilbench_lapo.unet import LatentUNet
 

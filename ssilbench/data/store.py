@@ -129,8 +129,10 @@ class TransitionStore:
                 "obs_dtype": str(arrays["obs"].dtype),
                 "action_shape": list(arrays["actions"].shape[1:]),
                 "action_dtype": str(arrays["actions"].dtype),
-                "extra_obs": {k: {"shape": list(v.shape[1:]), "dtype": str(v.dtype)}
-                              for k, v in extras.items()},  # fmt: skip
+                "extra_obs": {
+                    k: {"shape": list(v.shape[1:]), "dtype": str(v.dtype)}
+                    for k, v in extras.items()
+                },  # fmt: skip
                 "files": files,
                 "metadata": metadata or {},
             }
@@ -199,8 +201,7 @@ class TransitionStore:
                 )
         try:
             arrays = {
-                key: np.load(root / f"{key}.npy", mmap_mode="r", allow_pickle=False)
-                for key in keys
+                key: np.load(root / f"{key}.npy", mmap_mode="r", allow_pickle=False) for key in keys
             }
         except ValueError as exc:
             raise DatasetError(
@@ -382,8 +383,10 @@ class TransitionStoreWriter:
             "action_shape": list(actions.row_shape),
             "action_dtype": str(actions.dtype),
             "extra_obs": {
-                name: {"shape": list(self._arrays[f"obs.{name}"].row_shape),
-                       "dtype": str(self._arrays[f"obs.{name}"].dtype)}
+                name: {
+                    "shape": list(self._arrays[f"obs.{name}"].row_shape),
+                    "dtype": str(self._arrays[f"obs.{name}"].dtype),
+                }
                 for name in self.extra_names
             },  # fmt: skip
             "files": files,

@@ -18,7 +18,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,3 +157,33 @@ def stage_key(
     settings = {"lr": lr, "batch": min(batch_size, len(inputs)), "seed": seed,
                 "steps": budget.stage.steps, "rule": repr(rule)}  # fmt: skip
     return cache.key(trainer, net, [inputs, targets], settings, inputs.device)
+
+
+def reuse_or_train(
+    trainer: str,
+    net: nn.Module,
+    tensors: list[torch.Tensor],
+    settings: dict,
+    budget: StageBudget,
+    device: torch.device,
+    train: Callable[[], None],
+) -> bool:
+    """Restore ``net`` from the stage cache when an identical stage was trained before,
+    else ``train()`` it and keep the result. Returns whether it was reused.
+
+    The key is the content of what determines the weights: ``net``'s starting weights, the
+    ``tensors`` it is trained on (hashed where they are, e.g. on the CPU before they move),
+    the ``settings``, the ``device`` type and the stage's step budget. What a
+    method does not pass (its name, the label budget, the run seed when the stage does not
+    use it) cannot split the cache.
+    """
+    cache: StageCache | None = reusable(budget)
+    if cache is None:
+        train()
+        return False
+    key = cache.key(trainer, net, tensors, {**settings, "steps": budget.stage.steps}, device)
+    if cache.restore(key, net, budget):
+        return True
+    train()
+    cache.save(key, net, budget)
+    return False
