@@ -1,0 +1,206 @@
+"""The ``pusht`` environment family: one task, ``pusht:pusht`` (``--env pusht`` expands to
+it), its options, evaluation protocol and imported demonstrations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ssilbench.api import Environment, EnvSpec, Normaliser, Task
+from ssilbench.errors import DatasetError, unknown
+
+if TYPE_CHECKING:
+    from ssilbench.data.store import TransitionStore
+    from ssilbench_pusht.vec_env import PushTVectorEnv
+
+TASKS = ("pusht",)
+GYM_ID = "gym_pusht/PushT-v0"
+# gymnasium's registered time limit for gym_pusht/PushT-v0; kept here so that loading a
+# task (listing, planning) does not import the simulator. A test checks it against the
+# registration.
+MAX_EPISODE_STEPS = 300
+# Training length of the UVA paper's runs (step parity between methods).
+DEFAULT_STEPS = 50_000
+PROTOCOL = (
+    "50 seeded episodes (seeds eval_seed + i), one per sub-environment, each up to 300 "
+    "steps or until coverage > 0.95; an episode's score is the largest reward "
+    "clip(coverage/0.95, 0, 1) it reached; the task's score is their mean, for the final "
+    "policy (diffusion policy's and the paper's protocol)"
+)
+NORMALISER_SOURCE = "mean max reward clip(coverage/0.95, 0, 1) over the episodes: already 0..1"
+
+
+class PushTOptions(BaseModel):
+    """Options of the Push-T task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    frame_stack: int = Field(
+        4, ge=1, le=32, description="Frames of history per observation (the paper's 4)."
+    )
+    action_chunk: int = Field(
+        16, ge=1, le=256, description="Actions a policy predicts per call (the paper's 16)."
+    )
+    action_execute: int = Field(
+        8, ge=1, le=256,
+        description="Actions of each chunk executed before the policy is asked again (8).",
+    )  # fmt: skip
+    eval_episodes: int = Field(50, ge=1, description="Seeded evaluation episodes (the paper's 50).")
+    max_steps: int = Field(
+        MAX_EPISODE_STEPS, ge=1, le=MAX_EPISODE_STEPS,
+        description="Episode time limit; the paper's 300, lower only for smoke tests.",
+    )  # fmt: skip
+    dataset: str = Field(
+        "demos",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="Name of the dataset under DATA_ROOT/pusht/: the one 'data import' wrote "
+        "with the same -o dataset=NAME.",
+    )
+
+    @model_validator(mode="after")
+    def _execute_within_chunk(self) -> PushTOptions:
+        if self.action_execute > self.action_chunk:
+            raise ValueError(
+                f"action_execute={self.action_execute} exceeds action_chunk="
+                f"{self.action_chunk}: a rollout can only execute actions the policy predicted."
+            )
+        return self
+
+
+def dataset_dir(root: Path, name: str) -> Path:
+    """DATA_ROOT/pusht/<dataset>: the imported store."""
+    return Path(root) / "pusht" / name
+
+
+class PushTTask(Task):
+    """Push-T from 96x96 pixels and the agent's position, with (x, y) target actions."""
+
+    def __init__(self, task: str, options: PushTOptions) -> None:
+        self.task = task
+        self.options = options
+        self.env_id = f"pusht:{task}"
+        self.spec = EnvSpec(
+            env_id=self.env_id,
+            obs_shape=(96, 96, 3),
+            obs_dtype="uint8",
+            obs_kind="image",
+            num_actions=2,
+            action_kind="continuous",
+            action_low=(0.0, 0.0),
+            action_high=(512.0, 512.0),
+            action_names=("x", "y"),
+            extra_obs={"agent_pos": ((2,), "float32")},
+            frame_stack=options.frame_stack,
+            action_chunk=options.action_chunk,
+            action_execute=options.action_execute,
+            horizon=options.max_steps,
+            eval_episodes=options.eval_episodes,
+            eval_every=10_000,
+            action_selection="sample",
+            default_steps=DEFAULT_STEPS,
+            default_arch="uva",
+            normaliser=Normaliser(name="coverage", low=0.0, high=1.0, source=NORMALISER_SOURCE),
+            episode_score="max_reward",
+            budget_unit="demonstrations",
+            report="final",
+            metadata={
+                "gym_id": GYM_ID,
+                "obs_type": "pixels_agent_pos",
+                "success": "coverage > 0.95 (info['is_success'])",
+                "protocol": PROTOCOL,
+                "dataset": options.dataset,
+            },
+        )
+
+    def data_dir(self, root: Path) -> Path:
+        return dataset_dir(root, self.options.dataset)
+
+    def dataset(self, root: Path) -> TransitionStore:
+        from ssilbench.data.store import TransitionStore
+
+        path = self.data_dir(root)
+        if not path.exists():
+            flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
+            raise DatasetError(
+                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. Push-T data is "
+                f"never downloaded: import the diffusion-policy replay file you have with "
+                f"'ssilbench data import pusht --from PATH{flag} --data-root {root}' (PATH is "
+                "e.g. pusht_cchi_v7_replay.zarr), or make a small one from scripted rollouts "
+                "with ssilbench_pusht.replay.make_demo_dataset (see "
+                "docs/environments/pusht.md).",
+                path,
+            )
+        return TransitionStore.open(path, verify=True)
+
+    def make_vec_env(self, num_envs: int, seed: int) -> PushTVectorEnv:
+        from ssilbench_pusht.vec_env import PushTVectorEnv
+
+        return PushTVectorEnv(
+            num_envs, seed=seed, frame_stack=self.options.frame_stack,
+            max_steps=self.options.max_steps,
+        )  # fmt: skip
+
+
+class PushTEnvironment(Environment):
+    """Push-T (gym-pusht): push the grey T onto the green goal."""
+
+    description: ClassVar[str] = (
+        "Push-T: push a T block onto its goal from 96x96 RGB and the agent's xy; continuous "
+        "(x, y) targets in [0, 512]^2; score = mean max coverage reward over 50 episodes; "
+        "demonstrations imported from a diffusion-policy replay zarr; needs the 'pusht' extra."
+    )
+    Options: ClassVar[type[BaseModel]] = PushTOptions
+
+    def tasks(self) -> list[str]:
+        return list(TASKS)
+
+    def load(self, task: str, options: BaseModel | None = None) -> PushTTask:
+        if task not in TASKS:
+            raise unknown("pusht task", task, TASKS)
+        if not isinstance(options, PushTOptions):
+            options = PushTOptions.model_validate(options.model_dump() if options else {})
+        return PushTTask(task, options)
+
+    def import_dataset(
+        self,
+        source: Path,
+        root: Path,
+        tasks: list[str],
+        options: BaseModel,
+        replace: bool = False,
+        log: Callable[[str], None] = print,
+    ) -> list[TransitionStore]:
+        from ssilbench_pusht.importer import REWARD_NOTE, import_replay, open_replay
+
+        for task in tasks:
+            if task not in TASKS:
+                raise unknown("pusht task", task, TASKS)
+        name = options.dataset  # type: ignore[attr-defined]
+        target = dataset_dir(root, name)
+        if target.exists() and not replace:
+            log(f"pusht: dataset '{name}' already imported at {target} (--replace to import "
+                "it again)")  # fmt: skip
+            return []
+        source = Path(source)
+        replay = open_replay(source)  # every header and the episode ends, before writing
+        log(f"pusht: {replay.frames} frames, {len(replay.episode_ends)} episodes from "
+            f"{source} -> {target}")  # fmt: skip
+        producer = {
+            "plugin": "ssilbench_pusht",
+            "source": "import",
+            "env_id": "pusht:pusht",
+            "from": str(source.resolve()),
+        }
+        metadata: dict[str, Any] = {
+            "source_file": str(source.resolve()),
+            "source_format": "diffusion-policy replay zarr",
+            "source_layout": replay.layout(),
+            "img_dtype": str(replay.arrays["data/img"].dtype),
+            "obs": "data/img as uint8 (T, 96, 96, 3); obs.agent_pos = data/state[:, :2]",
+            "actions": "data/action (T, 2) float32, target (x, y) in [0, 512]^2",
+            "rewards": REWARD_NOTE,
+        }
+        return [import_replay(replay, target, producer, metadata, log)]
