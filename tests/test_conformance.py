@@ -13,6 +13,11 @@ PLUGINS = load_plugins()
 # Procgen ships 16 games; a full check replays 1,000 steps twice, so a few games of each
 # complexity class run here (tests/test_procgen_env.py replays a short stretch of every game).
 PROCGEN_CHECKED = ("starpilot", "plunder", "ninja", "leaper")
+# A LIBERO simulator takes seconds to build and reset: one task is checked here, with one
+# sub-environment and short episodes (tests/test_libero_env.py covers the rest).
+LIBERO_CHECKED = "soup-sauce-basket"
+SHORT = {"libero10": {"protocol": "smoke", "max_steps": 3}, "pusht": {"max_steps": 12}}
+NUM_ENVS = {"libero10": 1}
 
 
 def _procgen_missing() -> str | None:
@@ -25,17 +30,33 @@ def _procgen_missing() -> str | None:
     return None
 
 
+def _libero_missing() -> str | None:
+    try:
+        from ssilbench_libero.sim import libero_available
+    except ImportError:
+        return "the libero plugin is not installed"
+    if not libero_available():
+        return "LIBERO is not importable (pip install 'ssilbench[libero]')"
+    return None
+
+
 def _cases():
     for family in PLUGINS.environments.names():
         environment = PLUGINS.environments.create(family)
         # Observation kinds are an option of some families; the others are checked once.
         has_state = "state" in environment.Options.model_fields
         for task in environment.tasks():
-            if family == "procgen" and task not in PROCGEN_CHECKED:
+            if (family == "procgen" and task not in PROCGEN_CHECKED) or (
+                family == "libero10" and task != LIBERO_CHECKED
+            ):
                 continue
             marks = ()
             if family == "procgen" and (reason := _procgen_missing()):
                 marks = (pytest.mark.skip(reason=reason),)
+            if family == "libero10":
+                marks = (pytest.mark.slow,)
+                if reason := _libero_missing():
+                    marks += (pytest.mark.skip(reason=reason),)
             for state in ("position", "image") if has_state else (None,):
                 label = f"{family}:{task}" + (f"-{state}" if state else "")
                 yield pytest.param(family, task, state, id=label, marks=marks)
@@ -44,12 +65,12 @@ def _cases():
 @pytest.mark.parametrize(("family", "task", "state"), list(_cases()))
 def test_environment_conforms(family, task, state, tmp_path):
     environment = PLUGINS.environments.create(family)
-    options = environment.Options(**({"state": state} if state else {}))
-    loaded = environment.load(task, options)
+    values = {**SHORT.get(family, {}), **({"state": state} if state else {})}
+    loaded = environment.load(task, environment.Options(**values))
     if provides(environment, "import_dataset"):
         # Its data is imported from a download: the plugin's own tests check the dataset
         # on files they write in the published layout.
-        check_vector_env(loaded)
+        check_vector_env(loaded, num_envs=NUM_ENVS.get(family, 4))
     else:
         check_task(loaded, tmp_path)
 

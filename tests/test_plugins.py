@@ -14,9 +14,10 @@ import pytest
 from ssilbench.errors import PluginError, UnknownNameError, UsageError
 from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins, parse_plugin_flags
 
-BUILTIN_METHODS = ["bc", "idm_labeling", "lapo", "lapo_plus", "vm_idm"]
-BUILTIN_ARCHS = ["cnn1", "cnn5", "impala", "impala_small", "lc", "mlp5"]
-BUILTIN_ENVS = ["grid", "maze", "procgen"]
+BUILTIN_METHODS = ["bc", "idm_labeling", "lapo", "lapo_plus", "uva", "vm_idm"]
+BUILTIN_ARCHS = ["cnn1", "cnn5", "impala", "impala_small", "lc", "mlp5", "uva", "uva_base"]
+BUILTIN_ENVS = ["grid", "libero10", "maze", "procgen", "pusht"]
+BUILTIN_PLUGINS = ("baselines", "lapo", "libero", "maze", "procgen", "pusht", "uva")
 
 METHOD_PLUGIN = """
 from ssilbench.api import Method, hookimpl
@@ -60,21 +61,20 @@ def test_builtins_are_found_with_their_distribution():
     assert plugins.methods.names() == BUILTIN_METHODS
     assert plugins.environments.names() == BUILTIN_ENVS
     assert plugins.architectures.names() == BUILTIN_ARCHS
-    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "maze", "procgen"]
+    assert sorted(o.plugin for o in plugins.loaded) == list(BUILTIN_PLUGINS)
     for registry in plugins.registries().values():
         for entry in registry.entries.values():
             assert entry.origin.distribution == "ssilbench"
     assert plugins.methods.entry("bc").origin.plugin == "baselines"
     assert plugins.environments.entry("maze").origin.plugin == "maze"
-    builtins = ("baselines", "lapo", "maze", "procgen")
-    assert plugins.versions() == {p: version("ssilbench") for p in builtins}
+    assert plugins.versions() == {p: version("ssilbench") for p in BUILTIN_PLUGINS}
 
 
 def test_block_flag_removes_the_maze_plugin():
     plugins = load_plugins(["no:maze"])
-    assert plugins.environments.names() == ["procgen"]
+    assert plugins.environments.names() == ["libero10", "procgen", "pusht"]
     assert plugins.methods.names() == BUILTIN_METHODS
-    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "procgen"]
+    assert sorted(o.plugin for o in plugins.loaded) == [p for p in BUILTIN_PLUGINS if p != "maze"]
     assert plugins.broken == []
 
 
@@ -99,7 +99,7 @@ def test_disabled_autoload_then_p_loads_one_entry_point(monkeypatch):
 
 def test_p_of_an_autoloaded_entry_point_does_not_load_it_twice():
     plugins = load_plugins(["maze"])
-    assert sorted(o.plugin for o in plugins.loaded) == ["baselines", "lapo", "maze", "procgen"]
+    assert sorted(o.plugin for o in plugins.loaded) == list(BUILTIN_PLUGINS)
     assert plugins.broken == []
 
 

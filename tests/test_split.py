@@ -293,7 +293,10 @@ def test_unlabeled_view_has_no_action_attribute(store):
     _, unlabeled = split(store, "16", seed=0)
     assert isinstance(unlabeled, UnlabeledView)
     assert [f.name for f in dataclasses.fields(unlabeled)] == [
-        "frames", "index", "extras", "episode_ends"
+        "frames",
+        "index",
+        "extras",
+        "episode_ends",
     ]
     assert not [name for name in dir(unlabeled) if "action" in name.lower()]
     assert not hasattr(unlabeled, "actions")

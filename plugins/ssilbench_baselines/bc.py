@@ -5,10 +5,13 @@ The reference point of every SSIL comparison: it never looks at D_U.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
 from ssilbench.train.batched import fit_classifiers
+from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
     ClassifierPolicy,
     build_net,
@@ -27,6 +30,9 @@ class BCConfig(BaseModel):
     )
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the input (BC rather than BC_G)."
+    )
+    arch_options: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 
 
@@ -48,6 +54,12 @@ class BC(Method):
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: BCConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
+        if arch.unified:  # one network (e.g. UVA) trained in its policy role
+            model = unified(ctx, cfg.arch, cfg.arch_options)
+            policy = model.policy("policy")
+            model.train(["policy"], ctx.labeled, ctx.plan.stage("policy", policy=policy),
+                        seed=ctx.seed)  # fmt: skip
+            return policy
         s, a, _ = labeled_tensors(ctx.labeled, ctx.device)
         policy = self._policy(ctx)
         fit_classifier(
@@ -63,6 +75,8 @@ class BC(Method):
         # The same computation as `fit` for every run, stacked into one.
         cfg: BCConfig = ctxs[0].config
         arch = ctxs[0].architecture(cfg.arch)
+        if arch.unified:
+            return [self.fit(ctx) for ctx in ctxs]
         data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
         policies = [self._policy(ctx) for ctx in ctxs]
         fit_classifiers(

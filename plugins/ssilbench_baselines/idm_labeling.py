@@ -8,13 +8,14 @@ paper's Procgen code did).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
 from ssilbench.data.tensors import pair
 from ssilbench.train.batched import fit_classifiers
+from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
     ClassifierPolicy,
     build_net,
@@ -43,6 +44,9 @@ class IDMLabelingConfig(BaseModel):
     )
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the IDM's and the policy's inputs."
+    )
+    arch_options: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 
 
@@ -75,9 +79,24 @@ class IDMLabeling(Method):
         labels = predict_probs(policy.idm.eval(), pair(u, u_next))
         return u, labels.argmax(dim=-1) if ctx.config.labels == "hard" else labels
 
+    def _fit_unified(self, ctx: RunContext):
+        """The same two stages with one network (e.g. UVA): trained as an IDM, it labels
+        D_U; a second copy from the same initialisation is trained as the policy."""
+        cfg: IDMLabelingConfig = ctx.config
+        idm = unified(ctx, cfg.arch, cfg.arch_options)
+        idm.train(["idm"], ctx.labeled, ctx.plan.stage("idm"), seed=ctx.seed)
+        labels = idm.label(ctx.unlabeled)
+        student = idm.fresh()
+        policy = student.policy("policy")
+        student.train(["policy"], ctx.unlabeled, ctx.plan.stage("policy", policy=policy),
+                      seed=ctx.seed + 1, labels=labels)  # fmt: skip
+        return policy
+
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: IDMLabelingConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
+        if arch.unified:
+            return self._fit_unified(ctx)
         lr = cfg.lr or arch.lr
         policy = self._networks(ctx)
 
@@ -102,6 +121,8 @@ class IDMLabeling(Method):
         # `fit` for every run, each stage stacked into one computation.
         cfg: IDMLabelingConfig = ctxs[0].config
         arch = ctxs[0].architecture(cfg.arch)
+        if arch.unified:
+            return [self._fit_unified(ctx) for ctx in ctxs]
         lr = cfg.lr or arch.lr
         policies = [self._networks(ctx) for ctx in ctxs]
         pairs = list(zip(ctxs, policies, strict=True))

@@ -9,7 +9,7 @@ budget goes to the IDM. Otherwise a deterministic video model is learned on D_U 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,7 @@ from ssilbench.api import (
 )
 from ssilbench.data.tensors import pair
 from ssilbench.train.batched import fit_classifiers
+from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
     RegressionVideoModel,
     VMIDMPolicy,
@@ -56,6 +57,9 @@ class VMIDMConfig(BaseModel):
         True,
         description="False: the IDM does not see the goal features "
         "(VM*_G-IDM rather than VM*_G-IDM_G).",
+    )
+    arch_options: dict[str, Any] = Field(
+        default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 
 
@@ -109,9 +113,26 @@ class VMIDM(Method):
                             use_goal=cfg.use_goal)  # fmt: skip
         return VMIDMPolicy(idm.to(ctx.device), video_model)
 
+    def _fit_unified(self, ctx: RunContext):
+        """One network (e.g. UVA) as both: trained as a video model on D_U, then as an IDM
+        on D_L, and sampled as VM-IDM (its predicted future read by itself as an IDM)."""
+        cfg: VMIDMConfig = ctx.config
+        if not _learned(cfg, ctx.video_model is not None):
+            raise ConfigError(
+                "vm_idm: a unified architecture predicts its own future frames; use "
+                "video_model=learned (or auto) with it."
+            )
+        model = unified(ctx, cfg.arch, cfg.arch_options)
+        model.train(["video"], ctx.unlabeled, ctx.plan.stage("video_model"), seed=ctx.seed + 2)
+        policy = model.policy("vm_idm")
+        model.train(["idm"], ctx.labeled, ctx.plan.stage("idm", policy=policy), seed=ctx.seed)
+        return policy
+
     def fit(self, ctx: RunContext) -> VMIDMPolicy:
         cfg: VMIDMConfig = ctx.config
         arch = ctx.architecture(cfg.arch)
+        if arch.unified:
+            return self._fit_unified(ctx)
         policy = self._policy(ctx, self._video_model(ctx))
         s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
         fit_classifier(
@@ -128,6 +149,8 @@ class VMIDM(Method):
         # learned, are fitted run by run first).
         cfg: VMIDMConfig = ctxs[0].config
         arch = ctxs[0].architecture(cfg.arch)
+        if arch.unified:
+            return [self._fit_unified(ctx) for ctx in ctxs]
         policies = [self._policy(ctx, self._video_model(ctx)) for ctx in ctxs]
         data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
         fit_classifiers(

@@ -42,8 +42,8 @@ def _best(values: dict[str, float | None]) -> float | None:
     return max(known) if known else None
 
 
-def _budget_header(budget: str) -> str:
-    return f"N_L={budget}"
+def _budget_header(budget: str, unit: str = "transitions") -> str:
+    return f"N_L={budget} demos" if unit == "demonstrations" else f"N_L={budget}"
 
 
 def _footnote(table: EnvTable) -> str:
@@ -58,6 +58,9 @@ def _footnote(table: EnvTable) -> str:
             )
     else:
         lines.append(f"Metric: {table.metric} (not normalised).")
+    if table.unit == "demonstrations":
+        lines.append("N_L counts whole demonstrations: D_L holds every transition of N_L "
+                     "demonstrations drawn per seed.")  # fmt: skip
     lines.append(
         f"Cells: mean over seeds ± 95% t-interval (n = seeds), {what}; best per column in bold. "
         "AUC: mean score over the budgets on a log N_L scale."
@@ -74,7 +77,7 @@ def to_markdown(table: Table) -> str:
         return "No finished runs in this results store.\n"
     parts = ["# ssilbench leaderboard\n"]
     for t in table.tables:
-        header = ["method", *(_budget_header(b) for b in t.budgets), "AUC"]
+        header = ["method", *(_budget_header(b, t.unit) for b in t.budgets), "AUC"]
         parts.append(f"## {t.env}\n")
         parts.append("| " + " | ".join(header) + " |")
         parts.append("|" + "|".join(["---"] + ["---:"] * (len(t.budgets) + 1)) + "|")

@@ -43,6 +43,7 @@ class EnvTable:
     cells: dict[str, dict[str, Cell]] = field(default_factory=dict)  # method -> budget -> cell
     efficiency: dict[str, float | None] = field(default_factory=dict)  # method -> AUC
     n_labeled: dict[str, float] = field(default_factory=dict)  # budget -> mean |D_L|
+    unit: str = "transitions"  # what N_L counts: transitions or whole demonstrations
 
     def cell(self, method: str, budget: str) -> Cell | None:
         return self.cells.get(method, {}).get(budget)
@@ -149,6 +150,8 @@ def build_table(
         if record.get("normaliser") and record["normaliser"] not in info["normalisers"]:
             info["normalisers"].append(record["normaliser"])
         info["reports"].add(record.get("report") or "final")
+        if "labeled_demonstrations" in (record.get("metrics") or {}):
+            info["unit"] = "demonstrations"
 
     tables = []
     for env in sorted(values):
@@ -162,6 +165,7 @@ def build_table(
             budgets=budgets,
             methods=sorted(by_method),
             n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
+            unit=meta[env].get("unit", "transitions"),
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():

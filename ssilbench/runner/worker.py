@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import ssilbench
@@ -181,9 +182,21 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         report=env_spec.report,
         normaliser=env_spec.normaliser.model_dump(),
         timeline=run.timeline,
-        metrics={k: v for k, v in final.items() if k not in ("step", "score") and v is not None},
+        metrics={
+            **{k: v for k, v in final.items() if k not in ("step", "score") and v is not None},
+            **_demonstrations(run.ctx),
+        },
         stages=report,
     )
+
+
+def _demonstrations(ctx) -> dict[str, int]:
+    """Where N_L counts whole demonstrations, how many the run's D_L holds (the leaderboard
+    labels such budgets as demonstrations)."""
+    if ctx.spec.budget_unit != "demonstrations" or ctx.labeled.episode_ends is None:
+        return {}
+    episodes = np.searchsorted(ctx.labeled.episode_ends, ctx.labeled.index, side="right")
+    return {"labeled_demonstrations": len(np.unique(episodes))}
 
 
 def execute(

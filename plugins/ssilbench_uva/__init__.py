@@ -1,0 +1,1 @@
+"""UVA: one transformer over image latents and action chunks, trained in five task modes."""

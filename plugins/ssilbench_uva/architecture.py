@@ -1,0 +1,417 @@
+"""UVA as a unified architecture: the shared initialisation (autoencoder, latents, video
+pretraining on D_U) and the role model that BC, IDM labeling, VM-IDM and ``uva`` train.
+
+Order of work for one run:
+
+1. the image autoencoder: loaded from a local checkpoint, or trained on D_U's images;
+2. every stored image is encoded once into latent tokens (normalised per channel);
+3. the network, built under a fixed seed, is pretrained in video-model mode on D_U;
+4. the method trains it in its roles on D_L (or on D_U with IDM labels).
+
+Steps 1 and 3 are the same for every method, budget and seed of a task: they are stage-cache
+entries keyed by their inputs' content, trained once. Their steps are not part of a run's
+step budget, which covers the method's own stages only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from ssilbench.api import EnvSpec, Policy, RunContext, Stage
+from ssilbench.data.split import LabeledView, UnlabeledView
+from ssilbench.train.budget import StageBudget, StagePlan
+from ssilbench.train.loop import optimise
+from ssilbench.train.memo import reuse_or_train
+from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture
+from ssilbench_uva.autoencoder import KLAutoencoder, load_matching
+from ssilbench_uva.model import Layout, UVANet
+from ssilbench_uva.modes import Masks, mode_masks, modes_of
+from ssilbench_uva.options import UVABaseOptions, UVAOptions
+from ssilbench_uva.windows import Windows, chunk_targets, make_windows
+
+_ENCODE_BATCH = 256
+
+
+def cameras(spec: EnvSpec) -> list[str]:
+    """Image streams of a frame: the main one, then every uint8 image extra."""
+    extra = [
+        k for k, (shape, dtype) in spec.extra_obs.items() if len(shape) == 3 and dtype == "uint8"
+    ]
+    return ["obs", *extra]
+
+
+def vectors(spec: EnvSpec) -> list[str]:
+    """Proprioceptive streams: every 1-D extra (agent position, joint states)."""
+    return [k for k, (shape, _) in spec.extra_obs.items() if len(shape) == 1]
+
+
+def _side_budget(ctx: RunContext, name: str, steps: int) -> StageBudget:
+    """A budget outside the run's declared stages (shared initialisation), cached alike."""
+    plan = StagePlan([Stage(name, steps)], eval_every=max(steps, 1), evaluate=lambda p: None,
+                     cache=ctx.plan.cache)  # fmt: skip
+    return plan.stage(name)
+
+
+def _hwc_to_input(images: torch.Tensor) -> torch.Tensor:
+    """(..., H, W, 3) uint8 or [0, 1] floats -> (N, 3, H, W) floats in [0, 1]."""
+    flat = images.reshape(-1, *images.shape[-3:])
+    if flat.dtype == torch.uint8:
+        flat = flat.float().div_(255.0)
+    return flat.permute(0, 3, 1, 2).contiguous()
+
+
+@dataclass
+class Encoded:
+    """Every stored frame as latent tokens, with the statistics that normalise inputs."""
+
+    tokens: torch.Tensor  # (frames, cameras * patches, latent), normalised
+    proprio: torch.Tensor | None  # (frames, D), normalised
+    latent_mean: torch.Tensor
+    latent_std: torch.Tensor
+    proprio_mean: torch.Tensor | None
+    proprio_std: torch.Tensor | None
+    digest: str
+
+
+def _digest(arrays: list[np.ndarray], block: int = 4096) -> str:
+    """sha256 of arrays read block by block (memory maps are never loaded whole)."""
+    h = hashlib.sha256()
+    for array in arrays:
+        h.update(f"{array.dtype}|{array.shape}|".encode())
+        for i in range(0, len(array), block):
+            h.update(np.ascontiguousarray(array[i : i + block]).tobytes())
+    return h.hexdigest()
+
+
+class Shared:
+    """What every run of one task shares: the frozen autoencoder and the encoded frames."""
+
+    def __init__(self, ctx: RunContext, options: UVAOptions) -> None:
+        self.spec = ctx.spec
+        self.options = options
+        self.device = ctx.device
+        self.cameras = cameras(ctx.spec)
+        self.vectors = vectors(ctx.spec)
+        self.vae = self._autoencoder(ctx)
+        self.encoded = self._encode(ctx.unlabeled)
+        h, w = (s // self.vae.downsample for s in ctx.spec.obs_shape[:2])
+        self.layout = Layout(
+            history=options.history or ctx.spec.frame_stack,
+            future=options.future,
+            cameras=len(self.cameras),
+            patches=h * w,
+            latent=options.latent_channels,
+            chunk=options.chunk or ctx.spec.action_chunk,
+            action_dim=ctx.spec.num_actions,
+            proprio_dim=sum(ctx.spec.extra_obs[k][0][0] for k in self.vectors),
+        )
+        low = torch.tensor(ctx.spec.action_low, dtype=torch.float32, device=ctx.device)
+        high = torch.tensor(ctx.spec.action_high, dtype=torch.float32, device=ctx.device)
+        self.action_low, self.action_high = low, high
+
+    # --- autoencoder ---------------------------------------------------------------------
+    def _streams(self, view: UnlabeledView) -> list[np.ndarray]:
+        """Every camera's stored images (memory maps, (frames, H, W, 3) uint8)."""
+        return [view.frames, *(view.extras[name] for name in self.cameras[1:])]
+
+    def _autoencoder(self, ctx: RunContext) -> KLAutoencoder:
+        o = self.options
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(o.init_seed)
+            vae = KLAutoencoder(o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels)
+        size = ctx.spec.obs_shape[:2]
+        if any(s % vae.downsample for s in size):
+            raise ValueError(
+                f"images of {size} are not divisible by the autoencoder's downsampling "
+                f"{vae.downsample}; change vae_ch_mult"
+            )
+        vae = vae.to(ctx.device)
+        if o.vae_checkpoint:
+            load_matching(vae, o.vae_checkpoint, "autoencoder", log=ctx.log)
+        elif o.vae_steps:
+            streams = self._streams(ctx.unlabeled)
+            frames = len(streams[0])
+            generator = torch.Generator().manual_seed(o.init_seed)
+
+            def loss(rows):
+                # rows number the images of every camera: camera = row // frames
+                rows = np.arange(frames * len(streams))[rows]
+                images = np.concatenate([streams[c][rows[rows // frames == c] % frames]
+                                         for c in range(len(streams))])  # fmt: skip
+                batch = _hwc_to_input(torch.from_numpy(images).to(ctx.device))
+                return vae.loss(batch, generator=generator)
+
+            def train() -> None:
+                optimise(vae.parameters(), loss, frames * len(streams), budget, lr=o.vae_lr,
+                         batch_size=o.vae_batch, seed=o.init_seed)  # fmt: skip
+
+            budget = _side_budget(ctx, "uva_autoencoder", o.vae_steps)
+            settings = {"lr": o.vae_lr, "batch": o.vae_batch, "seed": o.init_seed,
+                        "images": _digest(streams)}  # fmt: skip
+            reuse_or_train("uva_autoencoder", vae, [], settings, budget, ctx.device, train)
+        vae.eval().requires_grad_(False)
+        return vae
+
+    @torch.no_grad()
+    def encode_images(self, images: np.ndarray | torch.Tensor) -> torch.Tensor:
+        """(N, H, W, 3) images -> raw latent tokens (N, patches, latent), batch by batch
+        (a memory-mapped array is read one batch at a time)."""
+        out = []
+        for i in range(0, len(images), _ENCODE_BATCH):
+            batch = images[i : i + _ENCODE_BATCH]
+            if isinstance(batch, np.ndarray):
+                batch = torch.from_numpy(np.array(batch))  # a writable copy of the rows
+            z = self.vae.encode(_hwc_to_input(batch.to(self.device)))
+            out.append(z.flatten(2).transpose(1, 2))
+        return torch.cat(out)
+
+    def _encode(self, view: UnlabeledView) -> Encoded:
+        frames = len(view.frames)
+        per_camera = [self.encode_images(images) for images in self._streams(view)]
+        tokens = torch.cat(per_camera, dim=1)  # (frames, cameras * patches, latent)
+        flat = tokens.reshape(-1, tokens.shape[-1])
+        mean, std = flat.mean(0), flat.std(0).clamp_min(1e-6)
+        tokens = (tokens - mean) / std
+        proprio = pmean = pstd = None
+        if self.vectors:
+            raw = np.concatenate([np.asarray(view.extras[k], dtype=np.float32)
+                                  for k in self.vectors], axis=1)  # fmt: skip
+            proprio = torch.from_numpy(raw).to(self.device)
+            pmean, pstd = proprio.mean(0), proprio.std(0).clamp_min(1e-6)
+            proprio = (proprio - pmean) / pstd
+        h = hashlib.sha256()
+        for t in (tokens, proprio):
+            if t is not None:
+                h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        assert len(tokens) == frames
+        return Encoded(tokens, proprio, mean, std, pmean, pstd, h.hexdigest())
+
+    # --- conversions between environment units and model units ------------------------------
+    def normalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        return 2 * (actions - self.action_low) / (self.action_high - self.action_low) - 1
+
+    def denormalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        actions = actions.clamp(-1, 1)
+        return self.action_low + (actions + 1) / 2 * (self.action_high - self.action_low)
+
+    def new_net(self) -> UVANet:
+        o = self.options
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(o.init_seed)
+            net = UVANet(self.layout, o.width, o.depth, o.heads, o.head_width, o.head_depth,
+                         o.action_head, o.diffusion_steps, o.sample_steps)  # fmt: skip
+        return net.to(self.device)
+
+
+class Batches:
+    """Minibatches of windows of one view as model inputs (latent tokens, actions)."""
+
+    def __init__(self, shared: Shared, view: LabeledView | UnlabeledView,
+                 labels: np.ndarray | None = None) -> None:  # fmt: skip
+        lay = shared.layout
+        self.shared = shared
+        self.windows: Windows = make_windows(view.index, view.episode_ends, lay.history,
+                                             lay.future, lay.chunk)  # fmt: skip
+        device = shared.device
+        self.history = torch.from_numpy(self.windows.history).to(device)
+        self.future = torch.from_numpy(self.windows.future).to(device)
+        self.targets = self.known = None
+        if labels is not None:
+            self.targets = torch.as_tensor(labels, dtype=torch.float32, device=device)
+            self.known = torch.ones(self.targets.shape[:2], device=device)
+        elif isinstance(view, LabeledView):
+            actions, known = chunk_targets(self.windows, view.index, view.actions)
+            self.targets = shared.normalise_actions(torch.from_numpy(actions).to(device))
+            self.known = torch.from_numpy(known).float().to(device)
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def inputs(self, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """History tokens (B, Th, C), future tokens (B, Tf, C), proprio (B, H, D)."""
+        enc = self.shared.encoded
+        hist, fut = self.history[rows], self.future[rows]
+        b = hist.shape[0]
+        latent = enc.tokens.shape[-1]
+        h_tok = enc.tokens[hist].reshape(b, -1, latent)
+        f_tok = enc.tokens[fut].reshape(b, -1, latent)
+        proprio = enc.proprio[hist] if enc.proprio is not None else None
+        return h_tok, f_tok, proprio
+
+
+def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.Generator,
+              min_mask_ratio: float) -> torch.Tensor:  # fmt: skip
+    """The loss of one mode on one minibatch of windows."""
+    hist, fut, proprio = batches.inputs(rows)
+    masks = mode_masks(mode, hist.shape[0], fut.shape[1], generator, min_mask_ratio,
+                       device=hist.device)  # fmt: skip
+    actions = batches.targets[rows] if batches.targets is not None else None
+    out_future, out_actions = net(hist, fut, proprio, actions, masks)
+    loss = hist.new_zeros(())
+    if masks.video_loss:
+        sel = masks.video_target
+        loss = loss + net.diffloss.loss(fut[sel], out_future[sel], generator=generator)
+    if masks.action_loss:
+        if actions is None:
+            raise ValueError(f"UVA mode {mode!r} needs action targets: a labeled view or labels")
+        weight = batches.known[rows].flatten()
+        loss = loss + net.action_head.loss(actions.flatten(0, 1), out_actions.flatten(0, 1),
+                                           weight=weight, generator=generator)  # fmt: skip
+    return loss
+
+
+class UVARoleModel(RoleModel):
+    def __init__(self, shared: Shared, init_state: dict[str, torch.Tensor] | None,
+                 net: UVANet | None = None) -> None:  # fmt: skip
+        self.shared = shared
+        self.init_state = init_state
+        self.net = net if net is not None else shared.new_net()
+        if init_state is not None:
+            self.net.load_state_dict(init_state)
+
+    def train(self, roles: Sequence[str], view, budget: StageBudget, *, seed: int,
+              labels=None) -> float:  # fmt: skip
+        o = self.shared.options
+        modes = modes_of(tuple(roles))
+        batches = Batches(self.shared, view, labels)
+        generator = torch.Generator().manual_seed(seed)
+        net = self.net.train()
+
+        def loss(rows) -> torch.Tensor:
+            mode = modes[int(torch.randint(len(modes), (1,), generator=generator))]
+            return mode_loss(net, batches, rows, mode, generator, o.min_mask_ratio)
+
+        last = float("nan")
+
+        def train() -> None:
+            nonlocal last
+            last = optimise(net.parameters(), loss, len(batches), budget, lr=o.lr,
+                            batch_size=o.batch_size, seed=seed)  # fmt: skip
+
+        starts = torch.from_numpy(batches.windows.starts)
+        tensors = [starts] + ([batches.targets, batches.known] if batches.targets is not None
+                              else [])  # fmt: skip
+        settings = {"modes": modes, "lr": o.lr, "batch": o.batch_size, "seed": seed,
+                    "data": self.shared.encoded.digest}  # fmt: skip
+        reuse_or_train("uva_" + "+".join(modes), net, tensors, settings, budget,
+                       self.shared.device, train)  # fmt: skip
+        net.eval()
+        return last
+
+    @torch.no_grad()
+    def label(self, view: UnlabeledView, seed: int = 0) -> np.ndarray:
+        """Action chunks (N, K, A) in model units for every window of the view."""
+        batches = Batches(self.shared, view)
+        generator = torch.Generator().manual_seed(seed)
+        net = self.net.eval()
+        out = []
+        for start in range(0, len(batches), _ENCODE_BATCH):
+            rows = slice(start, start + _ENCODE_BATCH)
+            hist, fut, proprio = batches.inputs(rows)
+            masks = mode_masks("inverse", hist.shape[0], fut.shape[1], device=hist.device)
+            _, out_actions = net(hist, fut, proprio, None, masks)
+            sampled = net.action_head.sample(out_actions.flatten(0, 1), generator)
+            out.append(sampled.view(hist.shape[0], -1, sampled.shape[-1]).cpu())
+        return torch.cat(out).numpy()
+
+    def policy(self, path: SamplingPath) -> UVAPolicy:
+        return UVAPolicy(self, path)
+
+    def fresh(self) -> UVARoleModel:
+        return UVARoleModel(self.shared, self.init_state)
+
+
+class UVAPolicy(Policy):
+    """Samples an action chunk per call: in policy mode, or as a video model then an IDM."""
+
+    def __init__(self, model: UVARoleModel, path: SamplingPath) -> None:
+        self.model = model
+        self.path = path
+
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        raise TypeError("UVA predicts continuous actions: it has no action probabilities")
+
+    def _tokens(self, obs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Environment observations (frame-stacked) -> history tokens and proprio."""
+        shared = self.model.shared
+        enc = shared.encoded
+        streams = obs if isinstance(obs, dict) else {"obs": obs}
+        history = shared.layout.history
+
+        def last_frames(x: torch.Tensor, frame_dims: int) -> torch.Tensor:
+            if x.dim() == frame_dims + 1:  # no frame-stack axis
+                x = x[:, None]
+            if x.shape[1] < history:
+                x = torch.cat([x[:, :1].expand(-1, history - x.shape[1], *x.shape[2:]), x], 1)
+            return x[:, -history:]
+
+        per_camera = []
+        for name in shared.cameras:
+            frames = last_frames(streams[name], 3)
+            b = frames.shape[0]
+            z = shared.encode_images(frames.reshape(-1, *frames.shape[2:]))
+            per_camera.append(z.view(b, history, -1, z.shape[-1]))
+        tokens = torch.cat(per_camera, dim=2)  # (B, H, cameras * patches, latent)
+        tokens = ((tokens - enc.latent_mean) / enc.latent_std).flatten(1, 2)
+        proprio = None
+        if shared.vectors:
+            raw = torch.cat([last_frames(streams[k].float(), 1) for k in shared.vectors], -1)
+            proprio = (raw - enc.proprio_mean) / enc.proprio_std
+        return tokens, proprio
+
+    @torch.no_grad()
+    def act(self, obs, greedy: bool = False, generator: torch.Generator | None = None):
+        net = self.model.net.eval()
+        lay = self.model.shared.layout
+        hist, proprio = self._tokens(obs)
+        b = hist.shape[0]
+        hidden = mode_masks("policy", b, lay.future_tokens, device=hist.device)
+        future = None
+        if self.path == "vm_idm":
+            out_future, _ = net(hist, None, proprio, None, hidden)
+            future = net.diffloss.sample(out_future.flatten(0, 1), generator)
+            future = future.view(b, lay.future_tokens, -1)
+            masks: Masks = mode_masks("inverse", b, lay.future_tokens, device=hist.device)
+        else:
+            masks = hidden
+        _, out_actions = net(hist, future, proprio, None, masks)
+        actions = net.action_head.sample(out_actions.flatten(0, 1), generator)
+        return self.model.shared.denormalise_actions(actions.view(b, lay.chunk, -1))
+
+
+class UVA(UnifiedArchitecture):
+    description = "Unified video-action transformer (small, CPU-sized)."
+    input_kinds = ("image",)
+    action_kinds = ("continuous",)
+    Options: ClassVar[type[UVAOptions]] = UVAOptions
+
+    def role_model(self, ctx: RunContext, options: UVAOptions) -> UVARoleModel:
+        shared = Shared(ctx, options)
+        net = shared.new_net()
+        if options.backbone_checkpoint:
+            load_matching(net, options.backbone_checkpoint, "backbone", log=ctx.log)
+        if options.pretrain_steps:
+            pretrain(ctx, shared, net)
+        init = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        return UVARoleModel(shared, init)
+
+
+class UVABase(UVA):
+    description = "Unified video-action transformer at the paper's size (MAR-B, KL-16)."
+    Options = UVABaseOptions
+
+
+def pretrain(ctx: RunContext, shared: Shared, net: UVANet) -> None:
+    """Video-model mode on every D_U window, under the shared seed (cached)."""
+    o = shared.options
+    model = UVARoleModel(shared, init_state=None, net=net)
+    budget = _side_budget(ctx, "uva_pretrain", o.pretrain_steps)
+    model.train(["video"], ctx.unlabeled, budget, seed=o.init_seed)
+    ctx.log(f"uva: pretrained in video mode on D_U for {budget.used} steps"
+            + (" (reused)" if budget.reused else ""))  # fmt: skip
