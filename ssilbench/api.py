@@ -306,6 +306,8 @@ class Architecture(ABC):
     input_kinds: ClassVar[tuple[str, ...]] = ("vector", "image")
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)
     lr: ClassVar[float] = 1e-3
+    lr_schedule: ClassVar[Any] = None
+    """A ``ssilbench.train.schedule.WarmupLinear`` the methods train with (None: constant)."""
     unified: ClassVar[bool] = False
     """True for a multi-role network (``ssilbench.train.roles``): one model that the
     methods train as a policy, an IDM or a video model instead of building a classifier."""

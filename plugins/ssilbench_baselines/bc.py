@@ -68,6 +68,7 @@ class BC(Method):
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
             seed=ctx.seed,
             rule=ctx.stopping,
+            schedule=arch.lr_schedule,
         )  # fmt: skip
         return policy
 
@@ -88,5 +89,6 @@ class BC(Method):
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
+            schedule=arch.lr_schedule,
         )
         return policies

@@ -106,6 +106,7 @@ class IDMLabeling(Method):
             policy.idm, pair(s, s_next), a, ctx.plan.stage("idm"),
             lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(s)), seed=ctx.seed,
             rule=ctx.stopping,
+            schedule=arch.lr_schedule,
         )  # fmt: skip
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
@@ -114,6 +115,7 @@ class IDMLabeling(Method):
             policy.net, u, labels, ctx.plan.stage("policy", policy=policy),
             lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)), seed=ctx.seed + 1,
             rule=ctx.stopping,
+            schedule=arch.lr_schedule,
         )  # fmt: skip
         return policy
 
@@ -137,6 +139,7 @@ class IDMLabeling(Method):
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
+            schedule=arch.lr_schedule,
         )
 
         labeled_u = [self._labels(ctx, p) for ctx, p in pairs]
@@ -149,5 +152,6 @@ class IDMLabeling(Method):
             batch_sizes=[cfg.batch_size or arch.batch_size(len(u)) for u, _ in labeled_u],
             seeds=[ctx.seed + 1 for ctx in ctxs],
             rule=ctxs[0].stopping,
+            schedule=arch.lr_schedule,
         )
         return policies

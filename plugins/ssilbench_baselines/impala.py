@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ssilbench.api import Architecture
+from ssilbench.train.schedule import WarmupLinear
 
 BASE_CHANNELS = (16, 32, 32)
 
@@ -97,10 +98,16 @@ def mlp(in_features: int, hidden: tuple[int, ...], out: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+PROCGEN_SCHEDULE = WarmupLinear(start=0.01, warmup=1000 / 60_000, end=0.0)
+
+
 class Impala(Architecture):
     description = "IMPALA-CNN (16,32,32)x4, FC 256, action decoder MLP (128,128)"
     input_kinds = ("image",)
     lr = 2e-4
+    # The paper's Procgen stages: 1% of the rate rising to all of it over the first 1,000
+    # of 60,000 steps, then linear decay to zero.
+    lr_schedule = PROCGEN_SCHEDULE
     scale: ClassVar[int] = 4
     features: ClassVar[int] = 256
     decoder: ClassVar[tuple[int, ...]] = (128, 128)

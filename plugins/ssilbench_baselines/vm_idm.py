@@ -102,6 +102,7 @@ class VMIDM(Method):
             batch_size=cfg.batch_size or vm_arch.batch_size(len(u)),
             seed=ctx.seed + 2,
             rule=ctx.stopping,
+            schedule=vm_arch.lr_schedule,
         )  # fmt: skip
         return RegressionVideoModel(vm_net.eval(), spec.obs_shape)
 
@@ -141,6 +142,7 @@ class VMIDM(Method):
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
             seed=ctx.seed,
             rule=ctx.stopping,
+            schedule=arch.lr_schedule,
         )  # fmt: skip
         return policy
 
@@ -162,5 +164,6 @@ class VMIDM(Method):
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
+            schedule=arch.lr_schedule,
         )
         return policies

@@ -20,6 +20,7 @@ from torch import nn
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
+from ssilbench.train.schedule import WarmupLinear
 
 Rows = slice | np.ndarray
 
@@ -126,6 +127,7 @@ def fit_on_frames(
     seed: int,
     speed: Speed,
     rule: StoppingRule | None = None,
+    schedule: WarmupLinear | None = None,
 ) -> None:
     """``loss(net(s), target)`` minimised over the states of ``data`` by the shared loop
     (checkpoints, stopping rule); the full loss the rule needs is taken in chunks."""
@@ -144,4 +146,4 @@ def fit_on_frames(
         return total / n
 
     optimise(net.parameters(), loss_fn, len(data), budget, lr=lr, batch_size=batch_size,
-             seed=seed, rule=rule)  # fmt: skip
+             seed=seed, rule=rule, schedule=schedule)  # fmt: skip

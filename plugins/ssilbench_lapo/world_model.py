@@ -27,6 +27,7 @@ from ssilbench.data.tensors import pair
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import optimise
 from ssilbench.train.memo import reuse_or_train
+from ssilbench.train.schedule import WarmupLinear
 from ssilbench_baselines.impala import ImpalaTrunk, mlp
 from ssilbench_lapo.frames import Speed, TransitionFrames
 from ssilbench_lapo.quantise import VectorQuantiser
@@ -39,6 +40,11 @@ SIZES = {
     "paper": {"impala_scale": 4, "unet_widths": (16, 32, 64, 128, 256, 512)},
     "small": {"impala_scale": 1, "unet_widths": (16, 32)},
 }
+
+
+WORLD_MODEL_SCHEDULE = WarmupLinear(start=0.1, warmup=50 / 50_000, end=0.01)
+"""Stage 1's learning rate in the reference code: 10% rising to all of it over the first
+50 of 50,000 steps, then linear decay to 1%."""
 
 
 class WorldModelConfig(BaseModel):
@@ -189,9 +195,10 @@ def train_world_model(
 
         optimise(net.parameters(), loss, len(unlabeled), budget, lr=cfg.world_model_lr,
                  batch_size=cfg.world_model_batch, seed=cfg.world_model_seed,
-                 clip_grad_norm=cfg.grad_clip)  # fmt: skip
+                 clip_grad_norm=cfg.grad_clip, schedule=WORLD_MODEL_SCHEDULE)  # fmt: skip
 
-    settings = {**_settings(cfg), "data": unlabeled.digest}
+    settings = {**_settings(cfg), "data": unlabeled.digest,
+                "schedule": repr(WORLD_MODEL_SCHEDULE)}  # fmt: skip
     reuse_or_train("lapo_world_model", model, [], settings, budget, ctx.device, train)
     model = speed.module(model.to(ctx.device)).eval()
     return model.requires_grad_(False)

@@ -29,6 +29,7 @@ from torch.func import functional_call, stack_module_state
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import BatchSampler, StoppingRule, adam
 from ssilbench.train.memo import StageCache, reusable, stage_key
+from ssilbench.train.schedule import WarmupLinear, set_lr
 
 
 class Stacked(nn.Module):
@@ -90,6 +91,7 @@ def fit_classifiers(
     batch_sizes: list[int],
     seeds: list[int],
     rule: StoppingRule | None = StoppingRule(),
+    schedule: WarmupLinear | None = None,
 ) -> None:
     """Train R classifiers (hard or soft targets) together until their budgets are spent or
     the stopping rule stops them. ``budgets[r]`` is run r's stage budget (it ticks).
@@ -105,7 +107,8 @@ def fit_classifiers(
         if cache is None:
             continue
         key = stage_key(cache, "classifier", nets[r], inputs[r], targets[r], budget, lr=lr,
-                        batch_size=batch_sizes[r], seed=seeds[r], rule=rule)  # fmt: skip
+                        batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
+                        schedule=schedule)  # fmt: skip
         if not cache.restore(key, nets[r], budget):
             keys[r] = (cache, key)
     todo = [r for r, b in enumerate(budgets) if not b.reused]
@@ -121,6 +124,7 @@ def fit_classifiers(
             batch_sizes=[batch_sizes[r] for r in group],
             seeds=[seeds[r] for r in group],
             rule=rule,
+            schedule=schedule,
         )
     for r, (cache, key) in keys.items():
         cache.save(key, nets[r], budgets[r])
@@ -186,8 +190,12 @@ def _fit_group(
     batch_sizes: list[int],
     seeds: list[int],
     rule: StoppingRule | None,
+    schedule: WarmupLinear | None = None,
 ) -> None:
     soft = targets[0].is_floating_point()
+    totals = {b.stage.steps for b in budgets}
+    if schedule is not None and len(totals) > 1:
+        raise ValueError("a learning-rate schedule needs equal stage steps across stacked runs")
     # The same minibatches, run by run, as `optimise` draws for a run trained alone.
     samplers = [
         BatchSampler(len(x), size, seed)
@@ -223,6 +231,8 @@ def _fit_group(
         else:
             batch_x, batch_y, batch_mask = _minibatch(g)
         optimiser = g.optimiser
+        first = budgets[g.runs[0]]
+        set_lr(optimiser, lr, schedule, first.used, first.stage.steps)
         optimiser.zero_grad(set_to_none=True)
         losses(batch_x, batch_y, batch_mask).sum().backward()
         optimiser.step()

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ssilbench.train.budget import StageBudget
+from ssilbench.train.schedule import WarmupLinear, set_lr
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,11 @@ def optimise(
     clip_grad_norm: float | None = None,
     rule: StoppingRule | None = None,
     accuracy_fn: Callable[[], float] | None = None,
+    schedule: WarmupLinear | None = None,
 ) -> float:
     """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent or ``rule`` stops it;
-    returns the last loss. ``loss_fn(slice(None))`` must give the full training loss."""
+    returns the last loss. ``loss_fn(slice(None))`` must give the full training loss.
+    ``schedule`` shapes the learning rate over the stage's steps (constant when None)."""
     params = [p for p in params if p.requires_grad]
     optimiser = adam(params, lr)
     sampler = BatchSampler(n, batch_size, seed)
@@ -106,6 +109,7 @@ def optimise(
         budget.resumed_from = budget.used
         previous = state["previous"]
     while budget.remaining > 0:
+        set_lr(optimiser, lr, schedule, budget.used, budget.stage.steps)
         loss = loss_fn(sampler.next())
         optimiser.zero_grad(set_to_none=True)
         loss.backward()

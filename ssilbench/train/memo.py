@@ -151,11 +151,14 @@ def stage_key(
     batch_size: int,
     seed: int,
     rule: Any,
+    schedule: Any = None,
 ) -> str:
     """The key of one supervised stage (``trainer``: "classifier" or "regressor"), the same
     whether the run is trained alone or stacked with others."""
     settings = {"lr": lr, "batch": min(batch_size, len(inputs)), "seed": seed,
                 "steps": budget.stage.steps, "rule": repr(rule)}  # fmt: skip
+    if schedule is not None:  # keys of unscheduled stages stay as they were
+        settings["schedule"] = repr(schedule)
     return cache.key(trainer, net, [inputs, targets], settings, inputs.device)
 
 

@@ -17,6 +17,7 @@ from ssilbench.data.tensors import as_model_input, pair, pair_shape
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
 from ssilbench.train.memo import reusable, stage_key
+from ssilbench.train.schedule import WarmupLinear
 
 
 def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -40,6 +41,7 @@ def fit_classifier(
     batch_size: int,
     seed: int,
     rule: StoppingRule | None = None,
+    schedule: WarmupLinear | None = None,
 ) -> float:
     """Cross-entropy to hard labels (long targets) or to distributions (float targets)."""
     soft = targets.is_floating_point()
@@ -56,22 +58,23 @@ def fit_classifier(
         return float((net(inputs).argmax(-1) == wanted).float().mean())
 
     return _reused_or_optimised("classifier", net, inputs, targets, budget, loss, accuracy,
-                                lr=lr, batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+                                lr=lr, batch_size=batch_size, seed=seed, rule=rule,
+                                schedule=schedule)  # fmt: skip
 
 
 def _reused_or_optimised(trainer, net, inputs, targets, budget, loss, accuracy, *, lr,
-                         batch_size, seed, rule) -> float:  # fmt: skip
+                         batch_size, seed, rule, schedule=None) -> float:  # fmt: skip
     """``optimise``, or the weights of the identical stage trained before (its last loss is
     then unknown: NaN); a stage trained here is kept for reuse (``ssilbench.train.memo``)."""
     cache = reusable(budget)
     if cache is not None:
         key = stage_key(cache, trainer, net, inputs, targets, budget, lr=lr,
-                        batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+                        batch_size=batch_size, seed=seed, rule=rule, schedule=schedule)  # fmt: skip
         if cache.restore(key, net, budget):
             return float("nan")
     last = optimise(
         net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
-        rule=rule, accuracy_fn=accuracy,
+        rule=rule, accuracy_fn=accuracy, schedule=schedule,
     )  # fmt: skip
     if cache is not None:
         cache.save(key, net, budget)
@@ -88,6 +91,7 @@ def fit_regressor(
     batch_size: int,
     seed: int,
     rule: StoppingRule | None = None,
+    schedule: WarmupLinear | None = None,
 ) -> float:
     """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened)."""
 
@@ -95,7 +99,8 @@ def fit_regressor(
         return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
 
     return _reused_or_optimised("regressor", net, inputs, targets, budget, loss, None, lr=lr,
-                                batch_size=batch_size, seed=seed, rule=rule)  # fmt: skip
+                                batch_size=batch_size, seed=seed, rule=rule,
+                                schedule=schedule)  # fmt: skip
 
 
 @torch.no_grad()
