@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -287,3 +288,26 @@ def test_failed_rewrite_keeps_the_old_store(tmp_path, monkeypatch):
     assert leftovers(tmp_path, root) == []
     store = TransitionStore.open(root, verify=True)
     assert np.array_equal(store.actions, arrays()["actions"])
+
+
+def test_verified_files_are_not_hashed_again_until_they_change(tmp_path, monkeypatch):
+    import ssilbench.data.store as store_module
+
+    root = tmp_path / "store"
+    write(root)
+    hashed = []
+    real = store_module.sha256_file
+    monkeypatch.setattr(store_module, "sha256_file", lambda p: hashed.append(p.name) or real(p))
+    TransitionStore.open(root, verify=True)
+    assert sorted(hashed) == sorted(f"{k}.npy" for k in ARRAYS)
+    hashed.clear()
+    TransitionStore.open(root, verify=True)
+    assert hashed == []  # sizes and file-system times unchanged: nothing hashed
+    # A same-size change with its modification time put back is still caught.
+    path = root / "rewards.npy"
+    before = path.stat()
+    flip_last_byte(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(DatasetError, match="rewards.npy"):
+        TransitionStore.open(root, verify=True)
+    assert hashed == ["rewards.npy"]

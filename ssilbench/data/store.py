@@ -181,6 +181,7 @@ class TransitionStore:
             )
         extra_obs = manifest.get("extra_obs", {})
         keys = [*ARRAYS, *(f"obs.{name}" for name in extra_obs)]
+        stamps = _read_stamps(root) if verify else {}
         for key in keys:
             path = root / f"{key}.npy"
             expected = manifest["files"].get(path.name)
@@ -190,15 +191,15 @@ class TransitionStore:
                     "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
-            if verify and (
-                path.stat().st_size != expected["bytes"] or sha256_file(path) != expected["sha256"]
-            ):
+            if verify and not _verified(path, expected, stamps):
                 raise DatasetError(
                     f"Dataset file {path} does not match its manifest (sha256 or size differs): "
                     f"it is corrupted or was modified. Delete the folder {root} so it is "
                     "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
+        if verify:
+            _write_stamps(root, stamps)
         try:
             arrays = {
                 key: np.load(root / f"{key}.npy", mmap_mode="r", allow_pickle=False) for key in keys
@@ -211,6 +212,50 @@ class TransitionStore:
             ) from exc
         extras = {name: arrays.pop(f"obs.{name}") for name in extra_obs}
         return cls(root=root, manifest=manifest, extras=extras, **arrays)
+
+
+# Hashing a large store on every open costs minutes (the 2.6M Procgen frames are 32 GB), so
+# a file whose sha256 matched is recorded with what the file system says about it; while
+# its size, inode and modification and change times stay the same it is not hashed again.
+# Any write to the file (even one restoring its old mtime) changes its change time.
+STAMPS = ".verified.json"
+
+
+def _file_state(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _read_stamps(root: Path) -> dict[str, Any]:
+    try:
+        stamps = json.loads((root / STAMPS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _verified(path: Path, expected: dict[str, Any], stamps: dict[str, Any]) -> bool:
+    """Whether the file matches its manifest entry (hashing it only when it changed)."""
+    state = _file_state(path)
+    if state[0] != expected["bytes"]:
+        return False
+    if stamps.get(path.name) == {"state": state, "sha256": expected["sha256"]}:
+        return True
+    if sha256_file(path) != expected["sha256"]:
+        return False
+    stamps[path.name] = {"state": state, "sha256": expected["sha256"]}
+    return True
+
+
+def _write_stamps(root: Path, stamps: dict[str, Any]) -> None:
+    if _read_stamps(root) == stamps:
+        return
+    tmp = root / f"{STAMPS}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(stamps, sort_keys=True))
+        os.replace(tmp, root / STAMPS)
+    except OSError:  # a read-only dataset folder: verify by hashing every time
+        tmp.unlink(missing_ok=True)
 
 
 # Room for any .npy header of a few dimensions: numpy pads headers to 64-byte multiples,
