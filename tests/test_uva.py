@@ -102,6 +102,23 @@ def test_the_network_sees_only_what_a_mode_leaves_visible(mode):
         assert torch.allclose(a, b) is not actions_seen
 
 
+def test_unknown_actions_stay_hidden_in_forward_mode():
+    """Under a transition budget a chunk may hold unlabeled actions: never shown as inputs."""
+    net = _net()
+    hist, fut, proprio, actions = _inputs(0)
+    masks = mode_masks("forward", 3, LAYOUT.future_tokens)
+    known = torch.ones(3, LAYOUT.chunk, dtype=torch.bool)
+    known[:, 2:] = False
+    changed = actions.clone()
+    changed[:, 2:] += 5.0  # only the unknown ones
+    with torch.no_grad():
+        a = net(hist, fut, proprio, actions, masks, known)
+        b = net(hist, fut, proprio, changed, masks, known)
+        c = net(hist, fut, proprio, changed, masks)  # without the mask they are seen
+    assert all(torch.allclose(x, y) for x, y in zip(a, b, strict=True))
+    assert not torch.allclose(a[0], c[0])
+
+
 def test_history_is_visible_in_every_mode():
     net = _net()
     hist, fut, proprio, actions = _inputs(0)
@@ -154,6 +171,17 @@ def test_autoencoder_shapes_and_kl16_downsampling():
     assert z.shape == (2, 16, 6, 6)
     assert vae.decode(z).shape == x.shape
     assert torch.isfinite(vae.loss(x, torch.Generator().manual_seed(0)))
+
+
+def test_kl16_layout_has_attention_at_the_lowest_level():
+    vae = KLAutoencoder(ch=8, ch_mult=(1, 2, 2), blocks=2, z=4, attention=True)
+    names = set(vae.state_dict())
+    assert {"encoder.down.2.attn.0.q.weight", "encoder.down.2.attn.1.proj_out.bias",
+            "decoder.up.2.attn.2.k.weight"} <= names  # fmt: skip
+    assert not any(n.startswith(("encoder.down.0.attn", "decoder.up.0.attn")) for n in names)
+    plain = KLAutoencoder(ch=8, ch_mult=(1, 2, 2), blocks=2, z=4)
+    assert not any(".attn." in n for n in plain.state_dict())
+    assert vae.encode(torch.rand(1, 3, 16, 16)).shape == (1, 4, 4, 4)
 
 
 def test_checkpoint_loads_by_name_and_shape(tmp_path):

@@ -14,6 +14,7 @@ from ssilbench.api import RunContext
 from ssilbench.data.split import split
 from ssilbench.plugins import load_plugins
 from ssilbench.train.budget import StagePlan
+from ssilbench.train.loop import StoppingRule
 from ssilbench.train.memo import StageCache
 
 pytest.importorskip(
@@ -135,6 +136,12 @@ def test_label_then_train_on_labels_and_both_sampling_paths(tmp_path):
     fresh = zip(student.net.state_dict().values(), model.init_state.values(), strict=True)
     assert all(torch.equal(a, b) for a, b in fresh)
     student.train(["policy"], unlabeled, plan.stage("policy"), seed=1, labels=labels)
+    # --stop-early reaches a unified model too: a rule that is met at once stops the stage.
+    plan.stages.append(Stage("stopped", 10))
+    stopped = plan.stage("stopped")
+    rule = StoppingRule(check_every=2, abs_tol=1e9)
+    model.fresh().train(["idm"], labeled, stopped, seed=0, rule=rule)
+    assert stopped.used == 2 and stopped.stopped_early
 
     frames = torch.from_numpy(np.asarray(store.obs[:4])).float().div(255)[None]
     agent = torch.from_numpy(np.asarray(store.extras["agent_pos"][:4]))[None]

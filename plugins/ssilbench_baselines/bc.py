@@ -58,7 +58,7 @@ class BC(Method):
             model = unified(ctx, cfg.arch, cfg.arch_options)
             policy = model.policy("policy")
             model.train(["policy"], ctx.labeled, ctx.plan.stage("policy", policy=policy),
-                        seed=ctx.seed)  # fmt: skip
+                        seed=ctx.seed, rule=ctx.stopping)  # fmt: skip
             return policy
         s, a, _ = labeled_tensors(ctx.labeled, ctx.device)
         policy = self._policy(ctx)

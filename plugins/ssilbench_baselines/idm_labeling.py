@@ -84,12 +84,12 @@ class IDMLabeling(Method):
         D_U; a second copy from the same initialisation is trained as the policy."""
         cfg: IDMLabelingConfig = ctx.config
         idm = unified(ctx, cfg.arch, cfg.arch_options)
-        idm.train(["idm"], ctx.labeled, ctx.plan.stage("idm"), seed=ctx.seed)
+        idm.train(["idm"], ctx.labeled, ctx.plan.stage("idm"), seed=ctx.seed, rule=ctx.stopping)
         labels = idm.label(ctx.unlabeled)
         student = idm.fresh()
         policy = student.policy("policy")
         student.train(["policy"], ctx.unlabeled, ctx.plan.stage("policy", policy=policy),
-                      seed=ctx.seed + 1, labels=labels)  # fmt: skip
+                      seed=ctx.seed + 1, labels=labels, rule=ctx.stopping)  # fmt: skip
         return policy
 
     def fit(self, ctx: RunContext) -> ClassifierPolicy:

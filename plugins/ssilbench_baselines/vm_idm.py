@@ -124,9 +124,21 @@ class VMIDM(Method):
                 "video_model=learned (or auto) with it."
             )
         model = unified(ctx, cfg.arch, cfg.arch_options)
-        model.train(["video"], ctx.unlabeled, ctx.plan.stage("video_model"), seed=ctx.seed + 2)
+        model.train(
+            ["video"],
+            ctx.unlabeled,
+            ctx.plan.stage("video_model"),
+            seed=ctx.seed + 2,
+            rule=ctx.stopping,
+        )
         policy = model.policy("vm_idm")
-        model.train(["idm"], ctx.labeled, ctx.plan.stage("idm", policy=policy), seed=ctx.seed)
+        model.train(
+            ["idm"],
+            ctx.labeled,
+            ctx.plan.stage("idm", policy=policy),
+            seed=ctx.seed,
+            rule=ctx.stopping,
+        )
         return policy
 
     def fit(self, ctx: RunContext) -> VMIDMPolicy:

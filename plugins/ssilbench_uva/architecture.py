@@ -26,7 +26,7 @@ import torch
 from ssilbench.api import EnvSpec, Policy, RunContext, Stage
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.train.budget import StageBudget, StagePlan
-from ssilbench.train.loop import optimise
+from ssilbench.train.loop import StoppingRule, optimise
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture
 from ssilbench_uva.autoencoder import KLAutoencoder, load_matching
@@ -124,7 +124,8 @@ class Shared:
         o = self.options
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(o.init_seed)
-            vae = KLAutoencoder(o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels)
+            vae = KLAutoencoder(o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels,
+                                o.vae_attention)  # fmt: skip
         size = ctx.spec.obs_shape[:2]
         if any(s % vae.downsample for s in size):
             raise ValueError(
@@ -252,7 +253,10 @@ def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.G
     masks = mode_masks(mode, hist.shape[0], fut.shape[1], generator, min_mask_ratio,
                        device=hist.device)  # fmt: skip
     actions = batches.targets[rows] if batches.targets is not None else None
-    out_future, out_actions = net(hist, fut, proprio, actions, masks)
+    if actions is None and bool(masks.actions_visible.any()):
+        raise ValueError(f"UVA mode {mode!r} reads actions: it needs a labeled view or labels")
+    known = batches.known[rows] > 0 if actions is not None else None
+    out_future, out_actions = net(hist, fut, proprio, actions, masks, known)
     loss = hist.new_zeros(())
     if masks.video_loss:
         sel = masks.video_target
@@ -266,6 +270,21 @@ def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.G
     return loss
 
 
+@torch.no_grad()
+def full_loss(net: UVANet, batches: Batches, modes: tuple[str, ...],
+              min_mask_ratio: float, chunk: int = _ENCODE_BATCH) -> torch.Tensor:  # fmt: skip
+    """The stopping rule's training loss: every mode on every window, under fixed noise and
+    masks, so that two checks measure the same quantity."""
+    generator = torch.Generator().manual_seed(0)
+    total = 0.0
+    for mode in modes:
+        for start in range(0, len(batches), chunk):
+            rows = slice(start, min(start + chunk, len(batches)))
+            size = rows.stop - rows.start
+            total += float(mode_loss(net, batches, rows, mode, generator, min_mask_ratio)) * size
+    return torch.tensor(total / (len(batches) * len(modes)))
+
+
 class UVARoleModel(RoleModel):
     def __init__(self, shared: Shared, init_state: dict[str, torch.Tensor] | None,
                  net: UVANet | None = None) -> None:  # fmt: skip
@@ -276,7 +295,7 @@ class UVARoleModel(RoleModel):
             self.net.load_state_dict(init_state)
 
     def train(self, roles: Sequence[str], view, budget: StageBudget, *, seed: int,
-              labels=None) -> float:  # fmt: skip
+              labels=None, rule: StoppingRule | None = None) -> float:  # fmt: skip
         o = self.shared.options
         modes = modes_of(tuple(roles))
         batches = Batches(self.shared, view, labels)
@@ -284,6 +303,8 @@ class UVARoleModel(RoleModel):
         net = self.net.train()
 
         def loss(rows) -> torch.Tensor:
+            if isinstance(rows, slice) and not torch.is_grad_enabled():
+                return full_loss(net, batches, modes, o.min_mask_ratio)
             mode = modes[int(torch.randint(len(modes), (1,), generator=generator))]
             return mode_loss(net, batches, rows, mode, generator, o.min_mask_ratio)
 
@@ -292,12 +313,14 @@ class UVARoleModel(RoleModel):
         def train() -> None:
             nonlocal last
             last = optimise(net.parameters(), loss, len(batches), budget, lr=o.lr,
-                            batch_size=o.batch_size, seed=seed)  # fmt: skip
+                            batch_size=o.batch_size, seed=seed, rule=rule)  # fmt: skip
 
         starts = torch.from_numpy(batches.windows.starts)
         tensors = [starts] + ([batches.targets, batches.known] if batches.targets is not None
                               else [])  # fmt: skip
-        settings = {"modes": modes, "lr": o.lr, "batch": o.batch_size, "seed": seed,
+        # Every option (noise levels, mask ratio, ...) keys the stage, not only the weights.
+        settings = {"modes": modes, "seed": seed, "rule": repr(rule),
+                    "options": o.model_dump(mode="json"),
                     "data": self.shared.encoded.digest}  # fmt: skip
         reuse_or_train("uva_" + "+".join(modes), net, tensors, settings, budget,
                        self.shared.device, train)  # fmt: skip

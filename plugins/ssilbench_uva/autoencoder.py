@@ -88,22 +88,30 @@ class _Mid(nn.Module):
 
 
 class _Level(nn.Module):
-    def __init__(self, blocks: list[ResnetBlock], resample: nn.Module | None, name: str) -> None:
+    def __init__(self, blocks: list[ResnetBlock], resample: nn.Module | None, name: str,
+                 attention: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.block = nn.ModuleList(blocks)
-        self.attn = nn.ModuleList()
+        # Self-attention after every block of the level (KL-16 has it at its lowest level).
+        width = blocks[-1].conv2.out_channels
+        self.attn = (
+            nn.ModuleList(AttnBlock(width) for _ in blocks) if attention else nn.ModuleList()
+        )
         if resample is not None:
             setattr(self, name, resample)
         self._resample = name if resample is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.block:
+        for i, block in enumerate(self.block):
             x = block(x)
+            if self.attn:
+                x = self.attn[i](x)
         return getattr(self, self._resample)(x) if self._resample else x
 
 
 class Encoder(nn.Module):
-    def __init__(self, ch: int, ch_mult: tuple[int, ...], blocks: int, z: int) -> None:
+    def __init__(self, ch: int, ch_mult: tuple[int, ...], blocks: int, z: int,
+                 attention: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.conv_in = nn.Conv2d(3, ch, 3, padding=1)
         widths = [ch * m for m in (1, *ch_mult)]
@@ -112,7 +120,8 @@ class Encoder(nn.Module):
             cin, cout = widths[i], widths[i + 1]
             level = [ResnetBlock(cin if j == 0 else cout, cout) for j in range(blocks)]
             last = i == len(ch_mult) - 1
-            self.down.append(_Level(level, None if last else Downsample(cout), "downsample"))
+            resample = None if last else Downsample(cout)
+            self.down.append(_Level(level, resample, "downsample", attention and last))
         self.mid = _Mid(widths[-1])
         self.norm_out = _norm(widths[-1])
         self.conv_out = nn.Conv2d(widths[-1], 2 * z, 3, padding=1)
@@ -125,7 +134,8 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    def __init__(self, ch: int, ch_mult: tuple[int, ...], blocks: int, z: int) -> None:
+    def __init__(self, ch: int, ch_mult: tuple[int, ...], blocks: int, z: int,
+                 attention: bool = False) -> None:  # fmt: skip
         super().__init__()
         widths = [ch * m for m in ch_mult]
         self.conv_in = nn.Conv2d(z, widths[-1], 3, padding=1)
@@ -135,7 +145,9 @@ class Decoder(nn.Module):
         for i in reversed(range(len(ch_mult))):
             cout = widths[i]
             level = [ResnetBlock(cin if j == 0 else cout, cout) for j in range(blocks + 1)]
-            up.insert(0, _Level(level, Upsample(cout) if i > 0 else None, "upsample"))
+            lowest = i == len(ch_mult) - 1
+            up.insert(0, _Level(level, Upsample(cout) if i > 0 else None, "upsample",
+                                attention and lowest))  # fmt: skip
             cin = cout
         self.up = nn.ModuleList(up)  # indexed by resolution level, as the checkpoints are
         self.norm_out = _norm(widths[0])
@@ -152,12 +164,12 @@ class KLAutoencoder(nn.Module):
     """Images in [0, 1], (B, 3, H, W) -> latents (B, z, H/2^(L-1), W/2^(L-1))."""
 
     def __init__(self, ch: int = 32, ch_mult: tuple[int, ...] = (1, 1, 2, 2, 4),
-                 blocks: int = 1, z: int = 16) -> None:  # fmt: skip
+                 blocks: int = 1, z: int = 16, attention: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.downsample = 2 ** (len(ch_mult) - 1)
         self.latent_channels = z
-        self.encoder = Encoder(ch, tuple(ch_mult), blocks, z)
-        self.decoder = Decoder(ch, tuple(ch_mult), blocks, z)
+        self.encoder = Encoder(ch, tuple(ch_mult), blocks, z, attention)
+        self.decoder = Decoder(ch, tuple(ch_mult), blocks, z, attention)
         self.quant_conv = nn.Conv2d(2 * z, 2 * z, 1)
         self.post_quant_conv = nn.Conv2d(z, z, 1)
 
@@ -223,5 +235,7 @@ def load_matching(module: nn.Module, path: Path, what: str, log=print) -> int:
             f"{example}). Check the model size options against the checkpoint."
         )
     module.load_state_dict(matched, strict=False)
-    log(f"{what}: loaded {len(matched)} of {len(own)} tensors from {path}")
+    unused = sum(isinstance(t, torch.Tensor) for t in blob.values()) - len(matched)
+    note = f"; {unused} tensors of the checkpoint match nothing here" if unused else ""
+    log(f"{what}: loaded {len(matched)} of {len(own)} tensors from {path}{note}")
     return len(matched)

@@ -125,12 +125,14 @@ class UVANet(nn.Module):
         proprio: torch.Tensor | None,
         actions: torch.Tensor | None,
         masks: Masks,
+        known: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Transformer outputs at the future tokens (B, Tf, D) and action tokens (B, K, D).
 
         ``history`` (B, Th, latent) and ``future`` (B, Tf, latent) are latent tokens
         (``future`` may be None when every future token is hidden); ``actions`` (B, K, A)
-        may be None when hidden."""
+        may be None when hidden; ``known`` (B, K) marks the actions that are real labels:
+        the others stay hidden even in a mode that shows actions."""
         lay = self.layout
         b = history.shape[0]
         width = self.pos_embed.shape[-1]
@@ -144,8 +146,10 @@ class UVANet(nn.Module):
         if actions is None:
             act = hidden_actions
         else:
-            act = torch.where(masks.actions_visible[:, None, None], self.action_proj(actions),
-                              hidden_actions)  # fmt: skip
+            visible = masks.actions_visible[:, None].expand(b, lay.chunk)
+            if known is not None:
+                visible = visible & known
+            act = torch.where(visible[..., None], self.action_proj(actions), hidden_actions)
         parts = [hist, fut]
         if self.proprio_proj is not None:
             parts.append(self.proprio_proj(proprio))

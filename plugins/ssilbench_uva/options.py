@@ -37,6 +37,9 @@ class UVAOptions(BaseModel):
     vae_ch_mult: tuple[int, ...] = Field((1, 1, 2, 2, 4), description="Channel multipliers.")
     vae_blocks: int = Field(1, ge=1, description="Residual blocks per level (KL-16: 2).")
     latent_channels: int = Field(16, ge=1, description="Latent channels (KL-16: 16).")
+    vae_attention: bool = Field(
+        False, description="Self-attention in the autoencoder's lowest level (KL-16: true)."
+    )
     vae_checkpoint: str | None = Field(
         None, description="Local pretrained autoencoder weights; None = train one on D_U."
     )
@@ -68,6 +71,7 @@ class UVABaseOptions(UVAOptions):
     sample_steps: int = 100
     vae_ch: int = 128
     vae_blocks: int = 2
+    vae_attention: bool = True
     vae_steps: int = 20000
     vae_batch: int = 64
     pretrain_steps: int = 50000

@@ -51,5 +51,5 @@ class UVAMethod(Method):
         model = unified(ctx, cfg.arch, cfg.arch_options)
         policy = model.policy(cfg.sampling)
         budget = ctx.plan.stage("multitask", policy=policy)
-        model.train(cfg.modes, ctx.labeled, budget, seed=ctx.seed)
+        model.train(cfg.modes, ctx.labeled, budget, seed=ctx.seed, rule=ctx.stopping)
         return policy

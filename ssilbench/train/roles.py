@@ -29,6 +29,7 @@ from ssilbench.api import Architecture, ConfigError, Policy, RunContext
 if TYPE_CHECKING:
     from ssilbench.data.split import LabeledView, UnlabeledView
     from ssilbench.train.budget import StageBudget
+    from ssilbench.train.loop import StoppingRule
 
 SamplingPath = Literal["policy", "vm_idm"]
 
@@ -45,11 +46,13 @@ class RoleModel(ABC):
         *,
         seed: int,
         labels: Any = None,
+        rule: StoppingRule | None = None,
     ) -> float:
         """Train for the stage's steps, one role drawn per minibatch; returns the last loss.
 
         Roles that predict actions take their targets from a labeled view, or from
-        ``labels`` (what :meth:`label` returned) for an unlabeled view."""
+        ``labels`` (what :meth:`label` returned) for an unlabeled view. ``rule`` may end
+        the stage early (``--stop-early``), as for every other method."""
 
     @abstractmethod
     def label(self, view: UnlabeledView) -> Any:

@@ -1,0 +1,252 @@
+"""UVA on Push-T's inputs (96x96x3 frames + agent xy, 4 history frames, 4 future frames,
+chunks of 16 two-dimensional actions), through the code paths the methods use.
+
+The inputs are built without the runner but with the plugin's own objects: the Push-T task's
+``EnvSpec``, a ``RunContext`` over random frames, and ``ssilbench_uva.architecture.Shared``
+(autoencoder + every frame encoded once; ``vae_steps=0``, so its weights are random, which
+changes no timing). The KL-16-style autoencoder downsamples by 16 at both sizes, so every
+frame is 6x6 = 36 latent tokens of 16 channels; a window is 4x36 history + 4x36 future + 4
+proprio + 16 action tokens = 308 tokens.
+
+- ``test_train_step``: ``UVARoleModel.train`` in one task mode (policy, video, forward,
+  inverse, full) for STEPS Adam steps; ``samples_per_s`` = windows per second.
+- ``test_sample_chunk``: ``UVAPolicy.act`` for one observation (batch 1), sampling path
+  ``policy`` (one transformer pass + the action head's DDIM) or ``vm_idm`` (a pass in video
+  mode + the video head's DDIM over the 144 future tokens, then a pass in inverse mode + the
+  action head's DDIM). The timed call includes encoding the 4 history frames with the
+  autoencoder; ``net_ms`` is the same call on pre-encoded tokens (the network alone).
+- ``test_encode``: the autoencoder's posterior mean for the 4 history frames of one call.
+- ``test_parameters``: parameter counts (backbone, heads, autoencoder), printed.
+
+Two sizes: ``small`` (``UVAOptions`` defaults, what CPU tests use) and ``paper``
+(``UVABaseOptions``: MAR-B width 768 x 24 blocks, KL-16 autoencoder, heads 6 x 1024,
+100 DDIM steps; marked ``slow``, tiny batch on a CPU). On a CPU torch runs with one thread
+unless UVA_BENCH_THREADS says otherwise. Select with ``-k small`` or ``-m slow``:
+
+    python -m pytest benchmarks/test_bench_uva.py -q -s -m "not slow"
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import cache
+
+import numpy as np
+import pytest
+import torch
+
+from ssilbench.api import RunContext, Stage
+from ssilbench.data.split import UnlabeledView
+from ssilbench.train.budget import StagePlan
+from ssilbench_pusht.environment import PushTOptions, PushTTask
+from ssilbench_uva.architecture import Shared, UVAPolicy, UVARoleModel
+from ssilbench_uva.autoencoder import KLAutoencoder
+from ssilbench_uva.model import UVANet
+from ssilbench_uva.modes import MODES
+from ssilbench_uva.options import UVABaseOptions, UVAOptions
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+CPU = DEVICE.type == "cpu"
+THREADS = int(os.environ.get("UVA_BENCH_THREADS", "1"))
+SPEC = PushTTask("pusht", PushTOptions()).spec
+SIZES = ["small", pytest.param("paper", marks=pytest.mark.slow)]
+# Windows per minibatch: the options' own (32) at the small size; the paper's 128 is GPU work.
+OPTIONS = {
+    "small": UVAOptions(vae_steps=0),
+    "paper": UVABaseOptions(vae_steps=0, batch_size=2 if CPU else 128),
+}
+STEPS = {"small": 3 if CPU else 20, "paper": 1 if CPU else 10}
+ROUNDS = {"small": 3, "paper": 1}
+FRAMES = {"small": 64, "paper": 16}  # stored frames (two episodes), encoded once per size
+RESULTS: list[tuple[str, str]] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _threads_and_summary():
+    before = torch.get_num_threads()
+    if CPU:
+        torch.set_num_threads(THREADS)
+    yield
+    torch.set_num_threads(before)
+    if RESULTS:
+        print(f"\nUVA benchmark summary ({DEVICE}, torch threads {torch_threads()}):")
+        for name, line in RESULTS:
+            print(f"  {name:<34} {line}")
+
+
+def torch_threads() -> int:
+    return THREADS if CPU else torch.get_num_threads()
+
+
+def _record(benchmark, name: str, line: str) -> None:
+    benchmark.extra_info["device"] = str(DEVICE)
+    benchmark.extra_info["torch_threads"] = torch_threads()
+    RESULTS.append((name, line))
+    print(f"\n{name}: {line}")
+
+
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _view(frames: int) -> UnlabeledView:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (frames, 96, 96, 3), dtype=np.uint8)
+    agent_pos = rng.uniform(0, 512, (frames, 2)).astype(np.float32)
+    ends = np.array([frames // 2, frames], dtype=np.int64)
+    index = np.setdiff1d(np.arange(frames), ends - 1)  # transitions: not an episode's last
+    return UnlabeledView(frames=images, index=index, extras={"agent_pos": agent_pos},
+                         episode_ends=ends)  # fmt: skip
+
+
+@cache
+def _shared(size: str) -> tuple[Shared, UnlabeledView]:
+    view = _view(FRAMES[size])
+    ctx = RunContext(config=None, spec=SPEC, labeled=None, unlabeled=view, video_model=None,
+                     device=DEVICE, seed=0, plan=None, architectures=None,
+                     evaluate=lambda policy: 0.0)  # fmt: skip
+    return Shared(ctx, OPTIONS[size]), view
+
+
+def _budget(steps: int, name: str = "stage"):
+    plan = StagePlan([Stage(name, steps)], eval_every=10**9, evaluate=lambda policy: 0.0)
+    return plan.stage(name)
+
+
+def _count(module: torch.nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _obs(batch: int = 1) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (batch, 4, 96, 96, 3), generator=g, dtype=torch.uint8)
+    return {"obs": images.to(DEVICE), "agent_pos": (512 * torch.rand(batch, 4, 2)).to(DEVICE)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size", SIZES)
+def test_train_step(benchmark, size, mode):
+    """One task mode's training (``UVARoleModel.train`` with that mode as its role)."""
+    shared, view = _shared(size)
+    batch, steps = shared.options.batch_size, STEPS[size]
+    model = UVARoleModel(shared, init_state=None)
+    lay = shared.layout
+    labels = np.random.default_rng(0).uniform(-1, 1, (len(view), lay.chunk, lay.action_dim))
+    labels = labels.astype(np.float32)
+
+    def run():
+        model.train([mode], view, _budget(steps), seed=0, labels=labels)
+        _sync()
+
+    run()  # warm-up: allocator, Adam state, lazy initialisation
+    benchmark.pedantic(run, rounds=ROUNDS[size], iterations=1)
+    rate = steps * batch / benchmark.stats["mean"]
+    benchmark.extra_info.update(samples_per_s=round(rate, 2), batch=batch, steps=steps,
+                                tokens=lay.total)  # fmt: skip
+    _record(benchmark, f"train {size} {mode}",
+            f"{rate:8.2f} windows/s (batch {batch}, {steps} steps/round, "
+            f"{benchmark.stats['mean'] / steps * 1e3:.0f} ms/step)")  # fmt: skip
+
+
+class _PreEncoded(UVAPolicy):
+    """The same policy on fixed, already-encoded history tokens (the network alone)."""
+
+    def __init__(self, model: UVARoleModel, path: str, tokens) -> None:
+        super().__init__(model, path)
+        self.tokens = tokens
+
+    def _tokens(self, obs):
+        return self.tokens
+
+
+_SAMPLE_MS: dict[tuple[str, str], tuple[float, float]] = {}
+
+
+@pytest.mark.parametrize("path", ["policy", "vm_idm"])
+@pytest.mark.parametrize("size", SIZES)
+def test_sample_chunk(benchmark, size, path):
+    """Latency of one 16-action chunk at batch 1 (``UVAPolicy.act``), encode included."""
+    shared, _ = _shared(size)
+    model = UVARoleModel(shared, init_state=None)
+    policy = model.policy(path)
+    obs = _obs()
+    pre = _PreEncoded(model, path, policy._tokens(obs))
+    generator = torch.Generator().manual_seed(0)
+
+    def run():
+        policy.act(obs, generator=generator)
+        _sync()
+
+    def net_only():
+        pre.act(obs, generator=generator)
+        _sync()
+
+    run()  # warm-up
+    benchmark.pedantic(run, rounds=ROUNDS[size], iterations=1)
+    t0 = time.perf_counter()
+    for _ in range(ROUNDS[size]):
+        net_only()
+    net_ms = (time.perf_counter() - t0) / ROUNDS[size] * 1e3
+    act_ms = benchmark.stats["mean"] * 1e3
+    _SAMPLE_MS[size, path] = (act_ms, net_ms)
+    benchmark.extra_info.update(act_ms=round(act_ms, 1), net_ms=round(net_ms, 1),
+                                encode_included=True,
+                                sample_steps=shared.options.sample_steps)  # fmt: skip
+    line = f"{act_ms:9.1f} ms/chunk incl. encoding 4 frames; network alone {net_ms:9.1f} ms"
+    if path == "vm_idm" and (size, "policy") in _SAMPLE_MS:
+        p_act, p_net = _SAMPLE_MS[size, "policy"]
+        benchmark.extra_info.update(ratio_vm_idm_policy=round(act_ms / p_act, 2),
+                                    ratio_vm_idm_policy_net=round(net_ms / p_net, 2))  # fmt: skip
+        line += f"; vm_idm/policy {act_ms / p_act:.2f}x (network alone {net_ms / p_net:.2f}x)"
+    _record(benchmark, f"sample {size} {path}", line)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_encode(benchmark, size):
+    """The frozen autoencoder's posterior mean for one call's 4 history frames."""
+    shared, view = _shared(size)
+    frames = torch.from_numpy(np.ascontiguousarray(view.frames[:4]))
+
+    def run():
+        shared.encode_images(frames)
+        _sync()
+
+    run()
+    benchmark.pedantic(run, rounds=ROUNDS[size] + 2, iterations=1)
+    per_frame = benchmark.stats["mean"] / len(frames) * 1e3
+    benchmark.extra_info.update(ms_per_frame=round(per_frame, 2),
+                                frames_per_s=round(1e3 / per_frame, 1))  # fmt: skip
+    _record(benchmark, f"encode {size}", f"{per_frame:9.2f} ms/frame (batches of 4 frames)")
+
+
+@pytest.mark.parametrize("size", ["small", "paper"])
+def test_parameters(benchmark, size):
+    """Parameter counts of the network and the autoencoder (construction time, one round)."""
+    o = OPTIONS[size]
+    layout = _shared("small")[0].layout  # the same at both sizes (downsampling 16)
+    built = {}
+
+    def run():
+        torch.manual_seed(0)
+        built["vae"] = KLAutoencoder(
+            o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels, o.vae_attention
+        )
+        built["net"] = UVANet(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth,
+                              o.action_head, o.diffusion_steps, o.sample_steps)  # fmt: skip
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    net, vae = built["net"], built["vae"]
+    blocks = _count(net.encoder_blocks) + _count(net.decoder_blocks)
+    counts = {
+        "net": _count(net),
+        "transformer_blocks": blocks,
+        "video_head": _count(net.diffloss),
+        "action_head": _count(net.action_head),
+        "vae": _count(vae),
+        "vae_encoder": _count(vae.encoder) + _count(vae.quant_conv),
+    }
+    benchmark.extra_info.update(counts)
+    _record(benchmark, f"parameters {size}",
+            ", ".join(f"{k} {v / 1e6:.3f}M" for k, v in counts.items()))  # fmt: skip
