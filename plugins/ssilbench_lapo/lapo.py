@@ -19,7 +19,7 @@ from pydantic import Field
 from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.supervised import fit_classifier
-from ssilbench_baselines.impala import PROCGEN_SCHEDULE, mlp
+from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.frames import (
     Speed,
     TransitionFrames,
@@ -27,7 +27,7 @@ from ssilbench_lapo.frames import (
     fit_on_frames,
     in_chunks,
 )
-from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
+from ssilbench_lapo.world_model import WorldModelConfig, impala_net, schedules, train_world_model
 
 
 class LAPOConfig(WorldModelConfig):
@@ -84,13 +84,13 @@ class LAPO(Method):
         budget = ctx.plan.stage("latent_policy")
         settings = {"lr": cfg.lr, "batch": cfg.batch_size, "seed": ctx.seed,
                     "rule": repr(ctx.stopping), "data": unlabeled.digest,
-                    "fast_cuda": cfg.fast_cuda, "schedule": repr(PROCGEN_SCHEDULE)}  # fmt: skip
+                    "fast_cuda": cfg.fast_cuda, "schedule": repr(schedules(cfg)[1])}  # fmt: skip
         reuse_or_train(
             "lapo_latent_policy", latent_policy, [targets], settings, budget, device,
             lambda: fit_on_frames(
                 latent_policy, unlabeled, targets, F.mse_loss, budget, lr=cfg.lr,
                 batch_size=cfg.batch_size, seed=ctx.seed, speed=speed, rule=ctx.stopping,
-                schedule=PROCGEN_SCHEDULE,
+                schedule=schedules(cfg)[1],
             ),
         )  # fmt: skip
         latent_policy.eval().requires_grad_(False)
@@ -108,6 +108,6 @@ class LAPO(Method):
         fit_classifier(
             decoder, latents, actions, ctx.plan.stage("decoder", policy=policy),
             lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed + 2,
-            rule=ctx.stopping, schedule=PROCGEN_SCHEDULE,
+            rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip
         return policy

@@ -23,14 +23,20 @@ from torch import nn
 from ssilbench.api import EnvSpec, Method, RunContext, Stage
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.supervised import ClassifierPolicy, fit_classifier
-from ssilbench_baselines.impala import PROCGEN_SCHEDULE, mlp
+from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.frames import (
     Speed,
     TransitionFrames,
     fit_on_frames,
     in_chunks,
 )
-from ssilbench_lapo.world_model import LatentIDM, WorldModelConfig, impala_net, train_world_model
+from ssilbench_lapo.world_model import (
+    LatentIDM,
+    WorldModelConfig,
+    impala_net,
+    schedules,
+    train_world_model,
+)
 
 
 class LAPOPlusConfig(WorldModelConfig):
@@ -95,7 +101,7 @@ class LAPOPlus(Method):
         fit_classifier(
             decoder, latents, actions, ctx.plan.stage("idm_decoder"),
             lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed,
-            rule=ctx.stopping, schedule=PROCGEN_SCHEDULE,
+            rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip
         decoder.eval().requires_grad_(False)
         policy = ClassifierPolicy(net.to(device), idm=DecodedIDM(world.idm, decoder))
@@ -107,13 +113,13 @@ class LAPOPlus(Method):
         budget = ctx.plan.stage("policy", policy=policy)
         settings = {"lr": cfg.lr, "batch": cfg.batch_size, "seed": ctx.seed + 1,
                     "rule": repr(ctx.stopping), "data": unlabeled.digest,
-                    "fast_cuda": cfg.fast_cuda, "schedule": repr(PROCGEN_SCHEDULE)}  # fmt: skip
+                    "fast_cuda": cfg.fast_cuda, "schedule": repr(schedules(cfg)[1])}  # fmt: skip
         reuse_or_train(
             "lapo_plus_policy", net, [targets], settings, budget, device,
             lambda: fit_on_frames(
                 net, unlabeled, targets, _cross_entropy, budget, lr=cfg.lr,
                 batch_size=cfg.batch_size, seed=ctx.seed + 1, speed=speed, rule=ctx.stopping,
-                schedule=PROCGEN_SCHEDULE,
+                schedule=schedules(cfg)[1],
             ),
         )  # fmt: skip
         return policy

@@ -28,7 +28,7 @@ from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import optimise
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.schedule import WarmupLinear
-from ssilbench_baselines.impala import ImpalaTrunk, mlp
+from ssilbench_baselines.impala import PROCGEN_SCHEDULE, ImpalaTrunk, mlp
 from ssilbench_lapo.frames import Speed, TransitionFrames
 from ssilbench_lapo.quantise import VectorQuantiser
 from ssilbench_lapo.unet import LatentUNet
@@ -92,6 +92,10 @@ class WorldModelConfig(BaseModel):
         0, description="Seed of stage 1 (not the run's: one stage 1 serves every seed)."
     )
     lr: float = Field(2e-4, gt=0, description="Adam learning rate of the later stages.")
+    lr_schedule: Literal["warmup_decay", "constant"] = Field(
+        "warmup_decay",
+        description="warmup_decay: the reference code's warm-up then linear decay per stage.",
+    )
     batch_size: int = Field(
         128, ge=1, description="Minibatch of the later stages: this on D_U, min(this, N_L) on D_L."
     )
@@ -157,6 +161,13 @@ class WorldModel(nn.Module):
         return F.mse_loss(predicted.float(), next_obs) + quantised.commitment
 
 
+def schedules(cfg: WorldModelConfig) -> tuple[WarmupLinear | None, WarmupLinear | None]:
+    """The learning-rate schedules of stage 1 and of the later stages (None: constant)."""
+    if cfg.lr_schedule == "constant":
+        return None, None
+    return WORLD_MODEL_SCHEDULE, PROCGEN_SCHEDULE
+
+
 def _settings(cfg: WorldModelConfig) -> dict:
     # What shapes the trained weights beyond the starting weights and the data. The network's
     # shapes are in its state dict already; the quantiser's EMA constants and the optimiser
@@ -195,10 +206,10 @@ def train_world_model(
 
         optimise(net.parameters(), loss, len(unlabeled), budget, lr=cfg.world_model_lr,
                  batch_size=cfg.world_model_batch, seed=cfg.world_model_seed,
-                 clip_grad_norm=cfg.grad_clip, schedule=WORLD_MODEL_SCHEDULE)  # fmt: skip
+                 clip_grad_norm=cfg.grad_clip, schedule=schedules(cfg)[0])  # fmt: skip
 
     settings = {**_settings(cfg), "data": unlabeled.digest,
-                "schedule": repr(WORLD_MODEL_SCHEDULE)}  # fmt: skip
+                "schedule": repr(schedules(cfg)[0])}  # fmt: skip
     reuse_or_train("lapo_world_model", model, [], settings, budget, ctx.device, train)
     model = speed.module(model.to(ctx.device)).eval()
     return model.requires_grad_(False)
