@@ -93,11 +93,23 @@ def test_bad_uva_options_exit_2_before_anything_runs(pusht_data, tmp_path):
     bad = cli.run("--method", "uva", "--env", "pusht", *short, "-c", 'arch_options={"widht": 8}')
     assert bad.returncode == 2
     assert "widht" in bad.stderr
+    # Checkpoints are checked before any run starts (shapes only, on the meta device).
     missing = tmp_path / "missing.ckpt"
     options = json.dumps({**TINY, "vae_checkpoint": str(missing)})
     ckpt = cli.run("--method", "bc", "--env", "pusht", *short, "-c", "arch_options=" + options)
-    assert ckpt.returncode != 0
-    assert "does not exist" in ckpt.stdout + ckpt.stderr + json.dumps(_records(cli.results))
+    assert ckpt.returncode == 2
+    assert "does not exist" in ckpt.stderr
+    unrelated = tmp_path / "unrelated.pt"
+    torch.save({"state_dict": {"classifier.weight": torch.zeros(3, 3)}}, unrelated)
+    options = json.dumps({**TINY, "backbone_checkpoint": str(unrelated)})
+    ckpt = cli.run("--method", "uva", "--env", "pusht", *short, "-c", "arch_options=" + options)
+    assert ckpt.returncode == 2
+    assert "none of its 1 tensors matches" in ckpt.stderr and "(0 of" in ckpt.stderr
+    odd = json.dumps({**TINY, "vae_ch_mult": [1, 2, 2, 2, 2, 2, 2]})  # 64x: 96 px do not divide
+    sizes = cli.run("--method", "uva", "--env", "pusht", *short, "-c", "arch_options=" + odd)
+    assert sizes.returncode == 2
+    assert "not divisible" in sizes.stderr
+    assert not (cli.results / "results.sqlite").exists() or _records(cli.results) == []
     wrong = cli.run("--method", "bc", "--env", "pusht", *short, "-c", "arch=mlp5")
     assert wrong.returncode == 2
     assert "continuous" in wrong.stderr

@@ -23,13 +23,13 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ssilbench.api import EnvSpec, Policy, RunContext, Stage
+from ssilbench.api import ConfigError, EnvSpec, Policy, RunContext, Stage
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.train.budget import StageBudget, StagePlan
 from ssilbench.train.loop import StoppingRule, optimise
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture
-from ssilbench_uva.autoencoder import KLAutoencoder, load_matching
+from ssilbench_uva.autoencoder import KLAutoencoder, load_matching, matching_tensors
 from ssilbench_uva.model import Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of
 from ssilbench_uva.options import UVABaseOptions, UVAOptions
@@ -89,6 +89,42 @@ def _digest(arrays: list[np.ndarray], block: int = 4096) -> str:
     return h.hexdigest()
 
 
+def autoencoder(o: UVAOptions) -> KLAutoencoder:
+    return KLAutoencoder(o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels,
+                         o.vae_attention)  # fmt: skip
+
+
+def network(layout: Layout, o: UVAOptions) -> UVANet:
+    return UVANet(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth, o.action_head,
+                  o.diffusion_steps, o.sample_steps)  # fmt: skip
+
+
+def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
+    """Token counts of a window for this task; refuses image sizes the autoencoder cannot
+    downsample evenly and widths the heads do not divide."""
+    downsample = 2 ** (len(o.vae_ch_mult) - 1)
+    size = spec.obs_shape[:2]
+    if any(s % downsample for s in size):
+        raise ConfigError(
+            f"uva: {spec.env_id}'s images of {size[0]}x{size[1]} are not divisible by the "
+            f"autoencoder's downsampling {downsample} (vae_ch_mult has {len(o.vae_ch_mult)} "
+            "levels); give arch_options a vae_ch_mult with fewer levels."
+        )
+    if o.width % o.heads:
+        raise ConfigError(f"uva: width {o.width} is not a multiple of heads {o.heads}.")
+    h, w = (s // downsample for s in size)
+    return Layout(
+        history=o.history or spec.frame_stack,
+        future=o.future,
+        cameras=len(cameras(spec)),
+        patches=h * w,
+        latent=o.latent_channels,
+        chunk=o.chunk or spec.action_chunk,
+        action_dim=spec.num_actions,
+        proprio_dim=sum(spec.extra_obs[k][0][0] for k in vectors(spec)),
+    )
+
+
 class Shared:
     """What every run of one task shares: the frozen autoencoder and the encoded frames."""
 
@@ -100,17 +136,7 @@ class Shared:
         self.vectors = vectors(ctx.spec)
         self.vae = self._autoencoder(ctx)
         self.encoded = self._encode(ctx.unlabeled)
-        h, w = (s // self.vae.downsample for s in ctx.spec.obs_shape[:2])
-        self.layout = Layout(
-            history=options.history or ctx.spec.frame_stack,
-            future=options.future,
-            cameras=len(self.cameras),
-            patches=h * w,
-            latent=options.latent_channels,
-            chunk=options.chunk or ctx.spec.action_chunk,
-            action_dim=ctx.spec.num_actions,
-            proprio_dim=sum(ctx.spec.extra_obs[k][0][0] for k in self.vectors),
-        )
+        self.layout = layout_for(ctx.spec, options)
         low = torch.tensor(ctx.spec.action_low, dtype=torch.float32, device=ctx.device)
         high = torch.tensor(ctx.spec.action_high, dtype=torch.float32, device=ctx.device)
         self.action_low, self.action_high = low, high
@@ -124,14 +150,8 @@ class Shared:
         o = self.options
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(o.init_seed)
-            vae = KLAutoencoder(o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels,
-                                o.vae_attention)  # fmt: skip
-        size = ctx.spec.obs_shape[:2]
-        if any(s % vae.downsample for s in size):
-            raise ValueError(
-                f"images of {size} are not divisible by the autoencoder's downsampling "
-                f"{vae.downsample}; change vae_ch_mult"
-            )
+            vae = autoencoder(o)
+        layout_for(ctx.spec, o)  # refuses image sizes the autoencoder cannot take
         vae = vae.to(ctx.device)
         if o.vae_checkpoint:
             load_matching(vae, o.vae_checkpoint, "autoencoder", log=ctx.log)
@@ -202,11 +222,9 @@ class Shared:
         return self.action_low + (actions + 1) / 2 * (self.action_high - self.action_low)
 
     def new_net(self) -> UVANet:
-        o = self.options
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(o.init_seed)
-            net = UVANet(self.layout, o.width, o.depth, o.heads, o.head_width, o.head_depth,
-                         o.action_head, o.diffusion_steps, o.sample_steps)  # fmt: skip
+            torch.manual_seed(self.options.init_seed)
+            net = network(self.layout, self.options)
         return net.to(self.device)
 
 
@@ -413,6 +431,16 @@ class UVA(UnifiedArchitecture):
     input_kinds = ("image",)
     action_kinds = ("continuous",)
     Options: ClassVar[type[UVAOptions]] = UVAOptions
+
+    def check(self, spec: EnvSpec, options: UVAOptions) -> None:
+        # Shapes only (the meta device): no memory, no weights, even at the paper's size.
+        layout = layout_for(spec, options)
+        with torch.device("meta"):
+            vae, net = autoencoder(options), network(layout, options)
+        if options.vae_checkpoint:
+            matching_tensors(vae, options.vae_checkpoint, "autoencoder")
+        if options.backbone_checkpoint:
+            matching_tensors(net, options.backbone_checkpoint, "backbone")
 
     def role_model(self, ctx: RunContext, options: UVAOptions) -> UVARoleModel:
         shared = Shared(ctx, options)

@@ -197,12 +197,13 @@ class KLAutoencoder(nn.Module):
         return F.mse_loss(recon, images) + kl_weight * kl
 
 
-def load_matching(module: nn.Module, path: Path, what: str, log=print) -> int:
-    """Load the tensors of a local checkpoint whose name and shape match ``module``'s.
+def matching_tensors(module: nn.Module, path: Path, what: str) -> tuple[dict, int]:
+    """The tensors of a local checkpoint whose name and shape match ``module``'s, and how many
+    tensors the checkpoint holds. ``module`` may live on the meta device (shapes only).
 
     The file is read with ``weights_only`` (no code runs). Common wrappers (``state_dict``,
-    ``model``, ``model_ema``) and prefixes (``module.``, ``model.``) are unwrapped. Returns
-    how many tensors were loaded; a checkpoint of which none match is refused."""
+    ``model``, ``model_ema``) and prefixes (``module.``, ``model.``) are unwrapped. A file
+    that is missing or unreadable, or of which no tensor matches, is refused."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ConfigError(f"{what} checkpoint {path} does not exist; give the path of a local "
@@ -219,10 +220,9 @@ def load_matching(module: nn.Module, path: Path, what: str, log=print) -> int:
     if not isinstance(blob, dict):
         raise ConfigError(f"{what} checkpoint {path} holds no state dict.")
     own = module.state_dict()
+    tensors = {k: t for k, t in blob.items() if isinstance(t, torch.Tensor)}
     matched = {}
-    for name, tensor in blob.items():
-        if not isinstance(tensor, torch.Tensor):
-            continue
+    for name, tensor in tensors.items():
         for candidate in (name, name.removeprefix("module."), name.removeprefix("model.")):
             if candidate in own and own[candidate].shape == tensor.shape:
                 matched[candidate] = tensor
@@ -230,12 +230,20 @@ def load_matching(module: nn.Module, path: Path, what: str, log=print) -> int:
     if not matched:
         example = ", ".join(list(own)[:3])
         raise ConfigError(
-            f"{what} checkpoint {path}: none of its {len(blob)} tensors matches this model by "
-            f"name and shape (0 of {len(own)} parameters; the model expects names like "
+            f"{what} checkpoint {path}: none of its {len(tensors)} tensors matches this model "
+            f"by name and shape (0 of {len(own)} parameters; the model expects names like "
             f"{example}). Check the model size options against the checkpoint."
         )
+    return matched, len(tensors)
+
+
+def load_matching(module: nn.Module, path: Path, what: str, log=print) -> int:
+    """Load the tensors of a local checkpoint that match ``module`` (see
+    :func:`matching_tensors`); returns how many were loaded and logs it."""
+    matched, total = matching_tensors(module, path, what)
     module.load_state_dict(matched, strict=False)
-    unused = sum(isinstance(t, torch.Tensor) for t in blob.values()) - len(matched)
+    own = len(module.state_dict())
+    unused = total - len(matched)
     note = f"; {unused} tensors of the checkpoint match nothing here" if unused else ""
-    log(f"{what}: loaded {len(matched)} of {len(own)} tensors from {path}{note}")
+    log(f"{what}: loaded {len(matched)} of {own} tensors from {Path(path).expanduser()}{note}")
     return len(matched)

@@ -183,15 +183,6 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
             )
-        options = getattr(info.config, "arch_options", None)
-        if fname == "arch" and options is not None:
-            if arch.unified:
-                validate_model(arch.Options, options, f"arch_options of {arch_name}")
-            elif options:
-                raise ConfigError(
-                    f"Method '{info.name}': arch_options apply to unified architectures "
-                    f"only, and {arch_name} is not one; remove -c arch_options=..."
-                )
         if spec.action_kind not in arch.action_kinds:
             raise ConfigError(
                 f"Method '{info.name}': {fname}={arch_name} predicts "
@@ -199,6 +190,16 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"{spec.action_kind} actions. Leave {fname} unset for the environment's default "
                 f"({spec.default_arch}) or choose an architecture for {spec.action_kind} actions."
             )
+        options = getattr(info.config, "arch_options", None)
+        if fname == "arch" and options is not None:
+            if arch.unified:
+                checked = validate_model(arch.Options, options, f"arch_options of {arch_name}")
+                arch().check(spec, checked)
+            elif options:
+                raise ConfigError(
+                    f"Method '{info.name}': arch_options apply to unified architectures "
+                    f"only, and {arch_name} is not one; remove -c arch_options=..."
+                )
 
 
 def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from ssilbench.api import Architecture, ConfigError, Policy, RunContext
+from ssilbench.api import Architecture, ConfigError, EnvSpec, Policy, RunContext
 
 if TYPE_CHECKING:
     from ssilbench.data.split import LabeledView, UnlabeledView
@@ -80,6 +80,10 @@ class UnifiedArchitecture(Architecture):
         raise ConfigError(
             f"{type(self).__name__} is a unified model: methods use it through role_model()."
         )
+
+    def check(self, spec: EnvSpec, options: BaseModel) -> None:
+        """Refuse (ConfigError) options that cannot work for this task, before any run
+        starts: missing or mismatched checkpoint files, sizes the task's images cannot take."""
 
     @abstractmethod
     def role_model(self, ctx: RunContext, options: BaseModel) -> RoleModel:
