@@ -155,8 +155,8 @@ def test_label_then_train_on_labels_and_both_sampling_paths(tmp_path):
     model.fresh().train(["idm"], labeled, stopped, seed=0, rule=rule)
     assert stopped.used == 2 and stopped.stopped_early
 
-    frames = torch.from_numpy(np.asarray(store.obs[:4])).float().div(255)[None]
-    agent = torch.from_numpy(np.asarray(store.extras["agent_pos"][:4]))[None]
+    frames = torch.from_numpy(np.array(store.obs[:4])).float().div(255)[None]
+    agent = torch.from_numpy(np.array(store.extras["agent_pos"][:4]))[None]
     obs = {"obs": frames.repeat(2, 1, 1, 1, 1), "agent_pos": agent.repeat(2, 1, 1)}
     for path in ("policy", "vm_idm"):
         policy = student.policy(path)
