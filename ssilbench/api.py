@@ -288,6 +288,13 @@ class Policy(ABC):
         """h(a | s, s') of the IDM behind the policy, where there is one (diagnostics)."""
         return None
 
+    def snapshot(self) -> Policy:
+        """A copy that training no longer changes, for an evaluation that runs while training
+        goes on (a deep copy by default; override it to share large read-only parts)."""
+        import copy
+
+        return copy.deepcopy(self)
+
     def act(self, obs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None):
         """Actions for a batch: the most likely one, or one sampled from :meth:`probs`."""
         import torch

@@ -15,6 +15,7 @@ step budget, which covers the method's own stages only.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -377,6 +378,11 @@ class UVAPolicy(Policy):
 
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
         raise TypeError("UVA predicts continuous actions: it has no action probabilities")
+
+    def snapshot(self) -> UVAPolicy:
+        # The network only: the encoded frames and the autoencoder are read-only and shared.
+        net = copy.deepcopy(self.model.net)
+        return UVAPolicy(UVARoleModel(self.model.shared, None, net=net), self.path)
 
     def _tokens(self, obs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Environment observations (frame-stacked) -> history tokens and proprio."""

@@ -16,6 +16,7 @@ import ssilbench
 from ssilbench.api import RunContext
 from ssilbench.data.split import split
 from ssilbench.errors import UsageError
+from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import MethodInfo, TaskInfo
@@ -103,6 +104,18 @@ class PreparedRun:
     ctx: RunContext
     evaluator: Evaluator
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    overlapped: OverlappedEvaluation | None = None
+
+    def abort(self) -> None:
+        """Release the evaluator after a failed fit (an evaluation in flight ends first; the
+        fit's own error is the one that propagates)."""
+        try:
+            if self.overlapped is not None:
+                self.overlapped.close()
+        except Exception:  # noqa: S110 -- secondary to the error being raised
+            pass
+        finally:
+            self.evaluator.close()
 
 
 def prepare(
@@ -112,8 +125,12 @@ def prepare(
     plugins: Plugins,
     device: torch.device,
     storage: RunStorage | None = None,
+    overlap_eval: bool | None = None,
 ) -> PreparedRun:
-    """Split the data, declare and check the stages, and build the run's context."""
+    """Split the data, declare and check the stages, and build the run's context.
+
+    ``overlap_eval``: evaluate in a background thread while training goes on (None: on CUDA
+    devices, where it hides the rollouts' CPU time)."""
     seed_everything(spec.seed)
     env_spec = task.spec
     labeled, unlabeled = split(task.dataset, spec.budget, spec.seed, env_spec.budget_unit)
@@ -123,17 +140,29 @@ def prepare(
     timeline: list[dict[str, Any]] = []
     evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
 
-    def evaluate(policy) -> float:
+    def record(policy, step: int) -> float:
         result = evaluator(policy)
         timeline.append(
             {
-                "step": plan.global_step,
+                "step": step,
                 "score": None if math.isnan(result.score) else result.score,
                 "return": None if math.isnan(result.mean_return) else result.mean_return,
                 **result.metrics,
             }
         )
         return result.score
+
+    # On a GPU, rollouts (CPU work) overlap with training; see ssilbench.eval.overlap.
+    if overlap_eval is None:
+        overlap_eval = device.type == "cuda" and spec.rollouts
+    overlapped = OverlappedEvaluation(record, device) if overlap_eval else None
+
+    def evaluate(policy) -> float:
+        """The score now, or NaN when the evaluation runs in the background."""
+        if overlapped is None:
+            return record(policy, plan.global_step)
+        overlapped.submit(policy, plan.global_step)
+        return float("nan")
 
     storage = storage or RunStorage()
     plan = StagePlan(
@@ -143,6 +172,8 @@ def prepare(
         cache=storage.cache(),
         checkpoints=storage.checkpoints(spec.run_id, timeline),
     )
+    if overlapped is not None and plan.checkpoints is not None:
+        plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation
     ctx = RunContext(
         config=method.config,
         spec=env_spec,
@@ -156,16 +187,20 @@ def prepare(
         evaluate=evaluate,
         stopping=StoppingRule() if spec.stop_early else None,
     )
-    return PreparedRun(spec, method, ctx, evaluator, timeline)
+    return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped)
 
 
 def finish(run: PreparedRun, policy) -> RunOutcome:
     """Check the step accounting, make sure the final policy is evaluated, summarise."""
     try:
         report = run.ctx.plan.check_spent()
+        if run.overlapped is not None:
+            run.overlapped.wait()
         if not run.timeline or run.timeline[-1]["step"] != run.ctx.plan.global_step:
             run.ctx.evaluate(policy)
     finally:
+        if run.overlapped is not None:
+            run.overlapped.close()
         run.evaluator.close()
     if run.ctx.plan.checkpoints is not None:
         run.ctx.plan.checkpoints.clear()  # the run is complete: nothing to resume
@@ -206,13 +241,14 @@ def execute(
     plugins: Plugins,
     device: torch.device,
     storage: RunStorage | None = None,
+    overlap_eval: bool | None = None,
 ) -> RunOutcome:
     """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
-    run = prepare(spec, method, task, plugins, device, storage)
+    run = prepare(spec, method, task, plugins, device, storage, overlap_eval)
     try:
         policy = method.cls().fit(run.ctx)
     except BaseException:
-        run.evaluator.close()
+        run.abort()
         raise
     return finish(run, policy)
 
@@ -224,14 +260,15 @@ def execute_many(
     plugins: Plugins,
     device: torch.device,
     storage: RunStorage | None = None,
+    overlap_eval: bool | None = None,
 ) -> list[RunOutcome]:
     """Runs of one method and task that differ only in budget and seed, fitted together
     through the method's ``fit_many`` (one stacked computation)."""
-    runs = [prepare(spec, method, task, plugins, device, storage) for spec in specs]
+    runs = [prepare(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs]
     try:
         policies = method.cls().fit_many([run.ctx for run in runs])
     except BaseException:
         for run in runs:
-            run.evaluator.close()
+            run.abort()
         raise
     return [finish(run, policy) for run, policy in zip(runs, policies, strict=True)]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,15 @@ class RunCheckpoints:
         self.root = Path(root)
         self.every = every
         self.timeline = timeline  # the run's own list, restored in place
+        self.before_save: Callable[[], None] | None = None
+        """Called before saving: e.g. waiting for an evaluation still running."""
 
     def _path(self, stage: str) -> Path:
         return self.root / f"{stage}.pt"
 
     def save(self, stage: str, state: dict[str, Any]) -> None:
+        if self.before_save is not None:
+            self.before_save()
         payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state()}
         save_atomic(payload, self._path(stage))
 
