@@ -198,6 +198,12 @@ class Task(ABC):
         maze state), the set on which the core reports test accuracy and entropies."""
         return None
 
+    def check_rollouts(self) -> None:
+        """Raise a PluginError (or UsageError) saying what to install when the simulator the
+        task's rollouts need is missing; the planner calls it before any run starts, so a
+        missing extra is one message and exit code 2 rather than a failed run each."""
+        return None
+
     def metrics(self, policy: Policy, device: torch.device) -> dict[str, float]:
         """Environment-specific evaluation metrics beyond the rollout score and test set.
 

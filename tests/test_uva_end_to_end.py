@@ -198,3 +198,18 @@ def test_uva_runs_a_libero10_task_end_to_end(cli):
     metrics = json.loads(record["metrics"])
     assert metrics["labeled_demonstrations"] == 2
     assert metrics["success_rate"] in (0.0, 0.5, 1.0)  # two smoke episodes in the real scene
+
+
+@pytest.mark.slow
+def test_a_missing_simulator_is_one_message_and_exit_2(pusht_data):
+    """Without gym-pusht (blocked here at interpreter start) the planner refuses the sweep
+    before any run is recorded, saying what to install."""
+    cli = pusht_data
+    cli.write_plugin("sitecustomize", "import sys\nsys.modules['gym_pusht'] = None\n")
+    result = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2")
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'ssilbench[pusht]'" in result.stderr
+    assert not (cli.results / "results.sqlite").exists() or _records(cli.results) == []
+    offline = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2",
+                      "--no-rollouts", *ARCH)  # fmt: skip
+    assert offline.returncode == 0, offline.stderr  # training alone needs no simulator

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ssilbench.api import Environment, EnvSpec, Normaliser, Task
-from ssilbench.errors import DatasetError, UsageError, unknown
+from ssilbench.errors import DatasetError, PluginError, UsageError, unknown
 from ssilbench_libero.tasks import (
     ACTION_DIM,
     ACTION_NAMES,
@@ -162,6 +162,15 @@ class Libero10Task(Task):
                 f"{root}' (DIR holds {self.task.demo_file}; see docs/environments/libero10.md)."
             )
         return TransitionStore.open(path, verify=True)
+
+    def check_rollouts(self) -> None:
+        # Whether LIBERO is installed and a headless renderer works, without importing the
+        # simulator here (the runs import it in their own processes).
+        from ssilbench_libero.sim import INSTALL_HINT, libero_available, render_backend
+
+        if not libero_available():
+            raise PluginError(f"The libero10 environments need LIBERO. {INSTALL_HINT}")
+        render_backend()
 
     def make_vec_env(self, num_envs: int, seed: int) -> Libero10VectorEnv:
         from ssilbench_libero.vec_env import Libero10VectorEnv

@@ -178,6 +178,11 @@ class ProcgenTask(Task):
             next_obs=np.asarray(store.obs[chosen + 1]),
         )
 
+    def check_rollouts(self) -> None:
+        from ssilbench_procgen.vec_env import import_procgen
+
+        import_procgen()
+
     def make_vec_env(self, num_envs: int, seed: int) -> ProcgenVectorEnv:
         from ssilbench_procgen.vec_env import ProcgenVectorEnv
 

@@ -135,6 +135,11 @@ class PushTTask(Task):
             )
         return TransitionStore.open(path, verify=True)
 
+    def check_rollouts(self) -> None:
+        from ssilbench_pusht.vec_env import import_gym_pusht
+
+        import_gym_pusht()
+
     def make_vec_env(self, num_envs: int, seed: int) -> PushTVectorEnv:
         from ssilbench_pusht.vec_env import PushTVectorEnv
 

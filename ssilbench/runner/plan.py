@@ -220,6 +220,8 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
         )
         task = environment.load(task_name, options)
         dataset = task.dataset(Path(data_root))
+        if sweep.rollouts:
+            task.check_rollouts()
         info = TaskInfo(f"{family}:{task_name}", options, task, dataset)
         spec = info.spec
         available = available_items(dataset, spec.budget_unit)
