@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import pluggy
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ssilbench.errors import (
     ConfigError,
@@ -39,6 +39,7 @@ __all__ = [
     "ARCHITECTURE",
     "Architecture",
     "ArchitectureName",
+    "ChunkedControlOptions",
     "ConfigError",
     "DatasetError",
     "EnvSpec",
@@ -141,6 +142,27 @@ class NoOptions(BaseModel):
     """Options model of an environment that takes none."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+class ChunkedControlOptions(BaseModel):
+    """Options of tasks evaluated with frame stacks and action chunks (Push-T, LIBERO-10):
+    subclass it in an environment's Options and pass the values to its :class:`EnvSpec`.
+    The defaults are the paper's (4 frames, chunks of 16 actions, 8 executed)."""
+
+    frame_stack: int = Field(4, ge=1, le=32, description="Frames of history per observation.")
+    action_chunk: int = Field(16, ge=1, le=256, description="Actions a policy predicts per call.")
+    action_execute: int = Field(
+        8, ge=1, le=256, description="Actions of each chunk executed before asking again."
+    )
+
+    @model_validator(mode="after")
+    def _execute_within_chunk(self) -> ChunkedControlOptions:
+        if self.action_execute > self.action_chunk:
+            raise ValueError(
+                f"action_execute={self.action_execute} exceeds action_chunk="
+                f"{self.action_chunk}: a rollout can only execute actions the policy predicted."
+            )
+        return self
 
 
 class VideoModel(ABC):
@@ -260,6 +282,14 @@ class Environment(ABC):
     @abstractmethod
     def load(self, task: str, options: BaseModel) -> Task:
         """The task with validated options applied."""
+
+    @classmethod
+    def options_of(cls, options: BaseModel | None) -> BaseModel:
+        """``options`` as this family's :attr:`Options` (None: the defaults; another model:
+        its values, validated)."""
+        if isinstance(options, cls.Options):
+            return options
+        return cls.Options.model_validate(options.model_dump() if options else {})
 
     def import_dataset(
         self,

@@ -9,9 +9,11 @@ plugins keep working.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
@@ -168,3 +170,24 @@ class _Staging(BoundRegistry):
 
     def add(self, name: str, target: str, description: str = "") -> None:
         self._staged.append((self._registry, name, target, description))
+
+
+def import_optional(module: str, needed_by: str, hint: str) -> ModuleType:
+    """Import a plugin's optional dependency (a simulator), or raise a PluginError that says
+    who needs it (``needed_by``: "The pusht environment needs") and how to install it.
+    Simulators greet on stdout or warn on stderr when imported; that output concerns nobody
+    here and is dropped."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return importlib.import_module(module)
+    except ImportError as exc:
+        raise PluginError(f"{needed_by} the module '{module}' ({exc}). {hint}") from None
+
+
+def available(load: Callable[[], object]) -> bool:
+    """Whether ``load`` (e.g. a plugin's wrapper around :func:`import_optional`) succeeds."""
+    try:
+        load()
+    except PluginError:
+        return False
+    return True

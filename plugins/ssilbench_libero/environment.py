@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Task
+from ssilbench.api import ChunkedControlOptions, Environment, EnvSpec, Normaliser, Task
 from ssilbench.errors import DatasetError, PluginError, UsageError, unknown
 from ssilbench_libero.tasks import (
     ACTION_DIM,
@@ -38,7 +38,7 @@ DEFAULT_STEPS = 50_000
 NORMALISER_SOURCE = "success rate over the evaluation episodes: already 0..1"
 
 
-class Libero10Options(BaseModel):
+class Libero10Options(ChunkedControlOptions):
     """Options of every LIBERO-10 task."""
 
     model_config = ConfigDict(extra="forbid")
@@ -59,26 +59,12 @@ class Libero10Options(BaseModel):
         0, ge=0, lt=NUM_INIT_STATES,
         description="Fixed initial state of the first episode (LIBERO's evaluation: 0).",
     )  # fmt: skip
-    frame_stack: int = Field(4, ge=1, le=32, description="Frames of history per observation.")
-    action_chunk: int = Field(16, ge=1, le=256, description="Actions a policy predicts per call.")
-    action_execute: int = Field(
-        8, ge=1, le=256, description="Actions of each chunk executed before asking again."
-    )
     dataset: str = Field(
         "demos",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="Name of the dataset under DATA_ROOT/libero10/: the one 'data import' "
         "wrote with the same -o dataset=NAME.",
     )
-
-    @model_validator(mode="after")
-    def _execute_within_chunk(self) -> Libero10Options:
-        if self.action_execute > self.action_chunk:
-            raise ValueError(
-                f"action_execute={self.action_execute} exceeds action_chunk="
-                f"{self.action_chunk}: a rollout can only execute actions the policy predicted."
-            )
-        return self
 
 
 def dataset_dir(root: Path, name: str, task_id: str) -> Path:
@@ -205,8 +191,7 @@ class Libero10Environment(Environment):
             if task in BY_BDDL:
                 hint = f" ('{task}' is LIBERO's name of libero10:{BY_BDDL[task].id}.)"
             raise unknown("libero10 task", task, TASK_IDS, hint)
-        if not isinstance(options, Libero10Options):
-            options = Libero10Options.model_validate(options.model_dump() if options else {})
+        options = self.options_of(options)
         return Libero10Task(task, options)
 
     def import_dataset(

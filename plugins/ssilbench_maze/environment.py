@@ -507,8 +507,7 @@ class MazeEnvironment(Environment):
     def load(self, task: str, options: BaseModel | None = None) -> MazeTask:
         if task not in TASK_SIZES:
             raise unknown("maze task", task, self.tasks())
-        if not isinstance(options, MazeOptions):
-            options = MazeOptions.model_validate(options.model_dump() if options else {})
+        options = self.options_of(options)
         return MazeTask(task, options)
 
 

@@ -191,8 +191,7 @@ class GridEnvironment(Environment):
     def load(self, task: str, options: BaseModel | None = None) -> GridTask:
         if task not in GRID_SIZES:
             raise unknown("grid task", task, self.tasks())
-        if not isinstance(options, GridOptions):
-            options = GridOptions.model_validate(options.model_dump() if options else {})
+        options = self.options_of(options)
         return GridTask(task, options)
 
 

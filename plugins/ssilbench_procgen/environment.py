@@ -306,8 +306,7 @@ class ProcgenEnvironment(Environment):
     def load(self, task: str, options: BaseModel | None = None) -> ProcgenTask:
         if task not in GAMES:
             raise unknown("procgen game", task, GAMES)
-        if not isinstance(options, ProcgenOptions):
-            options = ProcgenOptions.model_validate(options.model_dump() if options else {})
+        options = self.options_of(options)
         return ProcgenTask(task, options)
 
     def import_dataset(

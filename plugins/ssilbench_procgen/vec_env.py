@@ -9,8 +9,6 @@ Observations are uint8 (3, 64, 64), channels first.
 
 from __future__ import annotations
 
-import contextlib
-import io
 from typing import Any
 
 import numpy as np
@@ -18,7 +16,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ssilbench.errors import PluginError
+from ssilbench.plugins import available, import_optional
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
 INSTALL_HINT = (
@@ -28,24 +26,14 @@ INSTALL_HINT = (
 
 
 def import_procgen() -> Any:
-    """The ``procgen`` module, or a PluginError saying how to install it."""
-    try:
-        # procgen imports the unmaintained gym, which prints a notice on stderr that
-        # concerns nobody here: procgen is driven through its own vectorised interface.
-        with contextlib.redirect_stderr(io.StringIO()):
-            import procgen
-    except ImportError as exc:
-        raise PluginError(f"The procgen environments need the module 'procgen' ({exc}). "
-                          f"{INSTALL_HINT}") from None  # fmt: skip
-    return procgen
+    """The ``procgen`` module, or a PluginError saying how to install it. (procgen imports
+    the unmaintained gym, whose notice on stderr is dropped: procgen is driven through its
+    own vectorised interface.)"""
+    return import_optional("procgen", "The procgen environments need", INSTALL_HINT)
 
 
 def procgen_available() -> bool:
-    try:
-        import_procgen()
-    except PluginError:
-        return False
-    return True
+    return available(import_procgen)
 
 
 class ProcgenVectorEnv(VectorEnv):

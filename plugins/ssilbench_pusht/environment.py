@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Task
+from ssilbench.api import ChunkedControlOptions, Environment, EnvSpec, Normaliser, Task
 from ssilbench.errors import DatasetError, unknown
 
 if TYPE_CHECKING:
@@ -33,21 +33,11 @@ PROTOCOL = (
 NORMALISER_SOURCE = "mean max reward clip(coverage/0.95, 0, 1) over the episodes: already 0..1"
 
 
-class PushTOptions(BaseModel):
-    """Options of the Push-T task."""
+class PushTOptions(ChunkedControlOptions):
+    """Options of the Push-T task (frame stack and action chunks: the paper's 4, 16, 8)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    frame_stack: int = Field(
-        4, ge=1, le=32, description="Frames of history per observation (the paper's 4)."
-    )
-    action_chunk: int = Field(
-        16, ge=1, le=256, description="Actions a policy predicts per call (the paper's 16)."
-    )
-    action_execute: int = Field(
-        8, ge=1, le=256,
-        description="Actions of each chunk executed before the policy is asked again (8).",
-    )  # fmt: skip
     eval_episodes: int = Field(50, ge=1, description="Seeded evaluation episodes (the paper's 50).")
     max_steps: int = Field(
         MAX_EPISODE_STEPS, ge=1, le=MAX_EPISODE_STEPS,
@@ -59,15 +49,6 @@ class PushTOptions(BaseModel):
         description="Name of the dataset under DATA_ROOT/pusht/: the one 'data import' wrote "
         "with the same -o dataset=NAME.",
     )
-
-    @model_validator(mode="after")
-    def _execute_within_chunk(self) -> PushTOptions:
-        if self.action_execute > self.action_chunk:
-            raise ValueError(
-                f"action_execute={self.action_execute} exceeds action_chunk="
-                f"{self.action_chunk}: a rollout can only execute actions the policy predicted."
-            )
-        return self
 
 
 def dataset_dir(root: Path, name: str) -> Path:
@@ -165,8 +146,7 @@ class PushTEnvironment(Environment):
     def load(self, task: str, options: BaseModel | None = None) -> PushTTask:
         if task not in TASKS:
             raise unknown("pusht task", task, TASKS)
-        if not isinstance(options, PushTOptions):
-            options = PushTOptions.model_validate(options.model_dump() if options else {})
+        options = self.options_of(options)
         return PushTTask(task, options)
 
     def import_dataset(

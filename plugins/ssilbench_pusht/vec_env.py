@@ -11,8 +11,6 @@ while reward, ``info["is_success"]`` and ``info["coverage"]`` describe the step 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -21,7 +19,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ssilbench.errors import PluginError, UsageError
+from ssilbench.errors import UsageError
+from ssilbench.plugins import available, import_optional
 
 GYM_ID = "gym_pusht/PushT-v0"
 OBS_TYPE = "pixels_agent_pos"
@@ -33,23 +32,12 @@ INSTALL_HINT = "Install it with: pip install 'ssilbench[pusht]' (gym-pusht and z
 def import_gym_pusht() -> Any:
     """The ``gym_pusht`` module (registers ``gym_pusht/PushT-v0``), or a PluginError saying
     how to install it."""
-    # pygame greets on stdout at import; rollouts and CLI output should not carry it.
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            import gym_pusht
-    except ImportError as exc:
-        raise PluginError(f"The pusht environment needs the module 'gym_pusht' ({exc}). "
-                          f"{INSTALL_HINT}") from None  # fmt: skip
-    return gym_pusht
+    return import_optional("gym_pusht", "The pusht environment needs", INSTALL_HINT)
 
 
 def pusht_available() -> bool:
-    try:
-        import_gym_pusht()
-    except PluginError:
-        return False
-    return True
+    return available(import_gym_pusht)
 
 
 def max_episode_steps() -> int:

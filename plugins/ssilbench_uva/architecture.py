@@ -135,9 +135,9 @@ class Shared:
         self.device = ctx.device
         self.cameras = cameras(ctx.spec)
         self.vectors = vectors(ctx.spec)
+        self.layout = layout_for(ctx.spec, options)  # first: it refuses impossible sizes
         self.vae = self._autoencoder(ctx)
         self.encoded = self._encode(ctx.unlabeled)
-        self.layout = layout_for(ctx.spec, options)
         low = torch.tensor(ctx.spec.action_low, dtype=torch.float32, device=ctx.device)
         high = torch.tensor(ctx.spec.action_high, dtype=torch.float32, device=ctx.device)
         self.action_low, self.action_high = low, high
@@ -152,7 +152,6 @@ class Shared:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(o.init_seed)
             vae = autoencoder(o)
-        layout_for(ctx.spec, o)  # refuses image sizes the autoencoder cannot take
         vae = vae.to(ctx.device)
         if o.vae_checkpoint:
             load_matching(vae, o.vae_checkpoint, "autoencoder", log=ctx.log)
@@ -194,7 +193,6 @@ class Shared:
         return torch.cat(out)
 
     def _encode(self, view: UnlabeledView) -> Encoded:
-        frames = len(view.frames)
         per_camera = [self.encode_images(images) for images in self._streams(view)]
         tokens = torch.cat(per_camera, dim=1)  # (frames, cameras * patches, latent)
         flat = tokens.reshape(-1, tokens.shape[-1])
@@ -211,7 +209,6 @@ class Shared:
         for t in (tokens, proprio):
             if t is not None:
                 h.update(t.detach().cpu().contiguous().numpy().tobytes())
-        assert len(tokens) == frames
         return Encoded(tokens, proprio, mean, std, pmean, pstd, h.hexdigest())
 
     # --- conversions between environment units and model units ------------------------------

@@ -182,6 +182,7 @@ class TransitionStore:
         extra_obs = manifest.get("extra_obs", {})
         keys = [*ARRAYS, *(f"obs.{name}" for name in extra_obs)]
         stamps = _read_stamps(root) if verify else {}
+        recorded = dict(stamps)
         for key in keys:
             path = root / f"{key}.npy"
             expected = manifest["files"].get(path.name)
@@ -198,7 +199,7 @@ class TransitionStore:
                     "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
-        if verify:
+        if stamps != recorded:  # a file was hashed: record it
             _write_stamps(root, stamps)
         try:
             arrays = {
@@ -248,8 +249,6 @@ def _verified(path: Path, expected: dict[str, Any], stamps: dict[str, Any]) -> b
 
 
 def _write_stamps(root: Path, stamps: dict[str, Any]) -> None:
-    if _read_stamps(root) == stamps:
-        return
     tmp = root / f"{STAMPS}.{os.getpid()}.tmp"
     try:
         tmp.write_text(json.dumps(stamps, sort_keys=True))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import platform
 import subprocess
@@ -111,9 +112,8 @@ class PreparedRun:
         fit's own error is the one that propagates)."""
         try:
             if self.overlapped is not None:
-                self.overlapped.close()
-        except Exception:  # noqa: S110 -- secondary to the error being raised
-            pass
+                with contextlib.suppress(Exception):  # secondary to the error being raised
+                    self.overlapped.close()
         finally:
             self.evaluator.close()
 
