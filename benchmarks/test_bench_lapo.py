@@ -8,8 +8,9 @@ Each benchmark times STEPS optimiser steps of one stage on random frames and rep
 
     OMP_NUM_THREADS=1 python -m pytest benchmarks/test_bench_lapo.py -k "small or decoding_head"
 
-On CUDA the LAPO stages use bf16 autocast and channels-last (``fast_cuda``); the baselines
-train in float32 as they always do.
+On CUDA every stage uses bf16 autocast and channels-last (LAPO's ``fast_cuda``, the
+``impala`` architecture's ``fast_cuda``). Frames stay uint8 until they reach the device, as
+in the methods (``ssilbench.data.batches``).
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 from ssilbench.api import EnvSpec, Normaliser, RunContext, Stage
+from ssilbench.data.batches import FrameInputs, TransitionFrames
 from ssilbench.data.split import UnlabeledView
-from ssilbench.data.tensors import as_model_input, pair
 from ssilbench.train.budget import StagePlan
-from ssilbench.train.supervised import fit_classifier
+from ssilbench.train.speed import Speed
+from ssilbench.train.supervised import fit_classifier, fit_regressor, speed_of
 from ssilbench_baselines.impala import Impala, mlp
-from ssilbench_lapo.frames import Speed, TransitionFrames, fit_on_frames
 from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -63,7 +63,7 @@ def _sync() -> None:
 
 def _unlabeled(frames: np.ndarray) -> TransitionFrames:
     view = UnlabeledView(frames=frames, index=np.arange(FRAMES))
-    return TransitionFrames.from_view(view).to(DEVICE)
+    return TransitionFrames(view, DEVICE)
 
 
 def _config(size: str) -> WorldModelConfig:
@@ -75,8 +75,8 @@ def test_lapo_world_model(benchmark, frames, size):
     """Stage 1 of both methods: latent IDM + VQ + U-Net forward model on D_U."""
     cfg, data = _config(size), _unlabeled(frames)
     ctx = RunContext(config=cfg, spec=SPEC, labeled=None, unlabeled=None, video_model=None,
-                     device=DEVICE, seed=0, plan=None, architectures=None,
-                     evaluate=lambda policy: 0.0)  # fmt: skip
+                     device=DEVICE, seed=0, plan=StagePlan([], 1, lambda p: 0.0),
+                     architectures=None, evaluate=lambda policy: 0.0)  # fmt: skip
 
     def run():
         train_world_model(ctx, cfg, data, _budget("world_model"))
@@ -94,7 +94,7 @@ def test_lapo_latent_policy(benchmark, frames, size):
     net = speed.module(impala_net(cfg, SPEC.obs_shape, cfg.latent_dim).to(DEVICE))
 
     def run():
-        fit_on_frames(net, data, targets, F.mse_loss, _budget(), lr=cfg.lr, batch_size=BATCH,
+        fit_regressor(net, data.inputs("obs"), targets, _budget(), lr=cfg.lr, batch_size=BATCH,
                       seed=0, speed=speed)  # fmt: skip
         _sync()
 
@@ -109,12 +109,9 @@ def test_lapo_plus_policy(benchmark, frames, size):
     speed = Speed.for_device(cfg.fast_cuda, DEVICE)
     net = speed.module(impala_net(cfg, SPEC.obs_shape, 15).to(DEVICE))
 
-    def soft_ce(logits, target):
-        return -(target * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-
     def run():
-        fit_on_frames(net, data, labels, soft_ce, _budget(), lr=cfg.lr, batch_size=BATCH,
-                      seed=0, speed=speed)  # fmt: skip
+        fit_classifier(net, data.inputs("obs"), labels, _budget(), lr=cfg.lr, batch_size=BATCH,
+                       seed=0, speed=speed)  # fmt: skip
         _sync()
 
     _report(benchmark, run)
@@ -134,16 +131,20 @@ def test_lapo_decoding_head(benchmark):
     _report(benchmark, run)
 
 
-def _baseline_net(size: str, channels: int) -> torch.nn.Module:
-    return Impala(scale=_config(size).scale).build((channels, 64, 64), 15).to(DEVICE)
+def _baseline(size: str) -> Impala:
+    return Impala(scale=_config(size).scale)
 
 
-def _classifier_steps(benchmark, net: torch.nn.Module, inputs: torch.Tensor) -> None:
-    """The baselines' own path: ``fit_classifier`` on float inputs with random labels."""
+def _classifier_steps(benchmark, arch: Impala, inputs: FrameInputs) -> None:
+    """The baselines' own path: ``fit_classifier`` on a view's frames with random labels."""
+    channels = 6 if inputs.kind == "pair" else 3
+    speed = speed_of(arch, DEVICE)
+    net = speed.module(arch.build((channels, 64, 64), 15).to(DEVICE))
     actions = torch.randint(0, 15, (len(inputs),), device=DEVICE)
 
     def run():
-        fit_classifier(net, inputs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0)
+        fit_classifier(net, inputs, actions, _budget(), lr=2e-4, batch_size=BATCH, seed=0,
+                       speed=speed)  # fmt: skip
         _sync()
 
     _report(benchmark, run)
@@ -151,13 +152,11 @@ def _classifier_steps(benchmark, net: torch.nn.Module, inputs: torch.Tensor) -> 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_bc_policy(benchmark, frames, size):
-    """BC (and idm_labeling's policy stage): IMPALA classifier on float frames, the
-    baselines' own path (``fit_classifier`` on a float tensor of every state)."""
-    _classifier_steps(benchmark, _baseline_net(size, 3), as_model_input(frames[:FRAMES], DEVICE))
+    """BC (and idm_labeling's policy stage): IMPALA classifier on the states of a view."""
+    _classifier_steps(benchmark, _baseline(size), _unlabeled(frames).inputs("obs"))
 
 
 @pytest.mark.parametrize("size", SIZES)
 def test_idm_labeling_idm(benchmark, frames, size):
     """idm_labeling's IDM stage: IMPALA on (s, s') stacked as 6 channels."""
-    obs = as_model_input(frames, DEVICE)
-    _classifier_steps(benchmark, _baseline_net(size, 6), pair(obs[:-1], obs[1:]))
+    _classifier_steps(benchmark, _baseline(size), _unlabeled(frames).inputs("pair"))

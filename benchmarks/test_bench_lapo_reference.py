@@ -70,13 +70,14 @@ import torch
 import torch.nn.functional as F
 
 from ssilbench.api import Stage
+from ssilbench.data.batches import TransitionFrames
 from ssilbench.data.split import UnlabeledView
 from ssilbench.data.tensors import pair
 from ssilbench.train.budget import StagePlan
 from ssilbench.train.loop import optimise
-from ssilbench.train.supervised import fit_classifier, predict_probs
+from ssilbench.train.speed import Speed
+from ssilbench.train.supervised import fit_classifier, fit_rows, predict_probs
 from ssilbench_baselines.impala import Impala, mlp
-from ssilbench_lapo.frames import Speed, TransitionFrames, fit_on_frames, in_chunks
 from ssilbench_lapo.world_model import WorldModel, WorldModelConfig, impala_net
 
 ENV = "SSILBENCH_LAPO_REFERENCE"
@@ -218,7 +219,18 @@ def _budget():
 
 def _unlabeled(frames: np.ndarray) -> TransitionFrames:
     view = UnlabeledView(frames=frames, index=np.arange(FRAMES))
-    return TransitionFrames.from_view(view).to(DEVICE)
+    return TransitionFrames(view, DEVICE, resident=True)
+
+
+@torch.no_grad()
+def in_chunks(fn, n: int, chunk: int = 1024) -> torch.Tensor:
+    """``fn`` over consecutive row ranges, concatenated (inference over a whole set)."""
+    return torch.cat([fn(slice(i, min(i + chunk, n))).float() for i in range(0, n, chunk)])
+
+
+def fit_on_frames(net, data: TransitionFrames, targets, loss, budget, **kw) -> None:
+    """A stage on the states of ``data``: the shared ``fit_rows`` the methods train with."""
+    fit_rows("bench", net, data.inputs("obs"), targets, loss, budget, **kw)
 
 
 def _cfg() -> WorldModelConfig:

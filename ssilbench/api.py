@@ -351,6 +351,9 @@ class Architecture(ABC):
     lr: ClassVar[float] = 1e-3
     lr_schedule: ClassVar[Any] = None
     """A ``ssilbench.train.schedule.WarmupLinear`` the methods train with (None: constant)."""
+    fast_cuda: ClassVar[bool] = False
+    """Train with bf16 autocast and channels-last tensors on CUDA (``ssilbench.train.speed``);
+    float32 on the CPU whatever this says."""
     unified: ClassVar[bool] = False
     """True for a multi-role network (``ssilbench.train.roles``): one model that the
     methods train as a policy, an IDM or a video model instead of building a classifier."""
@@ -378,6 +381,15 @@ class Stage:
     steps: int
     policy: bool = False
     data: Literal["labeled", "unlabeled", "both", "none"] = "labeled"
+    share: str | None = None
+    """Declares that other runs train this very stage: an identity of its computation (e.g.
+    ``"lapo_world_model:<settings digest>"``) equal for every run, of any method, that trains
+    the same weights on the same task. The planner trains one run of each shared stage first
+    and the runs that reuse it after, and ``run --dry-run`` counts it once. None: the run's
+    own stage (the stage cache still reuses any identical stage it meets)."""
+    per: tuple[Literal["seed", "budget"], ...] = ()
+    """Run axes a shared stage still depends on: ``("seed",)`` for a stage shared by the label
+    budgets of one seed (it reads D_U only, but trains under the run's seed)."""
 
 
 class Method(ABC):

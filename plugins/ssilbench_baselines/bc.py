@@ -10,13 +10,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
+from ssilbench.data.batches import TransitionFrames
 from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
     ClassifierPolicy,
     build_net,
     fit_classifier,
-    labeled_tensors,
+    labeled_actions,
+    speed_of,
 )
 
 
@@ -46,10 +48,10 @@ class BC(Method):
 
     def _policy(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: BCConfig = ctx.config
+        arch = ctx.architecture(cfg.arch)
         with ctx.seeded():
-            net = build_net(ctx.architecture(cfg.arch), ctx.spec, ctx.spec.num_actions,
-                            use_goal=cfg.use_goal)  # fmt: skip
-        return ClassifierPolicy(net.to(ctx.device))
+            net = build_net(arch, ctx.spec, ctx.spec.num_actions, use_goal=cfg.use_goal)
+        return ClassifierPolicy(speed_of(arch, ctx.device).module(net.to(ctx.device)))
 
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: BCConfig = ctx.config
@@ -60,15 +62,17 @@ class BC(Method):
             model.train(["policy"], ctx.labeled, ctx.plan.stage("policy", policy=policy),
                         seed=ctx.seed, rule=ctx.stopping)  # fmt: skip
             return policy
-        s, a, _ = labeled_tensors(ctx.labeled, ctx.device)
+        s = TransitionFrames(ctx.labeled, ctx.device).inputs("obs")
         policy = self._policy(ctx)
         fit_classifier(
-            policy.net, s, a, ctx.plan.stage("policy", policy=policy),
+            policy.net, s, labeled_actions(ctx.labeled, ctx.device),
+            ctx.plan.stage("policy", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
             seed=ctx.seed,
             rule=ctx.stopping,
             schedule=arch.lr_schedule,
+            speed=speed_of(arch, ctx.device),
         )  # fmt: skip
         return policy
 
@@ -78,17 +82,18 @@ class BC(Method):
         arch = ctxs[0].architecture(cfg.arch)
         if arch.unified:
             return [self.fit(ctx) for ctx in ctxs]
-        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        states = [TransitionFrames(ctx.labeled, ctx.device).inputs("obs") for ctx in ctxs]
         policies = [self._policy(ctx) for ctx in ctxs]
         fit_classifiers(
             [p.net for p in policies],
-            [s for s, _, _ in data],
-            [a for _, a, _ in data],
+            states,
+            [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs],
             [ctx.plan.stage("policy", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
             lr=cfg.lr or arch.lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s in states],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
+            speed=speed_of(arch, ctxs[0].device),
         )
         return policies

@@ -13,16 +13,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.tensors import pair
+from ssilbench.data.batches import ArgmaxRows, FrameInputs, RowSource, TransitionFrames
 from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
     ClassifierPolicy,
     build_net,
     fit_classifier,
-    labeled_tensors,
-    predict_probs,
-    unlabeled_tensors,
+    label_rows,
+    labeled_actions,
+    speed_of,
 )
 
 
@@ -71,13 +71,18 @@ class IDMLabeling(Method):
         with ctx.seeded():
             idm = build_net(arch, spec, spec.num_actions, paired=True, use_goal=cfg.use_goal)
             net = build_net(arch, spec, spec.num_actions, use_goal=cfg.use_goal)
-        return ClassifierPolicy(net.to(ctx.device), idm=idm.to(ctx.device))
+        speed = speed_of(arch, ctx.device)
+        return ClassifierPolicy(speed.module(net.to(ctx.device)),
+                                idm=speed.module(idm.to(ctx.device)))  # fmt: skip
 
-    def _labels(self, ctx: RunContext, policy: ClassifierPolicy):
-        """D_U's states and their labels from the frozen IDM (soft or hard)."""
-        u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
-        labels = predict_probs(policy.idm.eval(), pair(u, u_next))
-        return u, labels.argmax(dim=-1) if ctx.config.labels == "hard" else labels
+    def _labels(self, ctx: RunContext, policy: ClassifierPolicy) -> tuple[FrameInputs, RowSource]:
+        """D_U's states and their labels from the frozen IDM (soft or hard), labelled once
+        per IDM and kept in the stage cache."""
+        unlabeled = TransitionFrames(ctx.unlabeled, ctx.device)
+        speed = speed_of(ctx.architecture(ctx.config.arch), ctx.device)
+        probs = label_rows(ctx.plan.cache, policy.idm.eval(), unlabeled.inputs("pair"),
+                           ctx.device, speed)  # fmt: skip
+        return unlabeled.inputs("obs"), ArgmaxRows(probs) if ctx.config.labels == "hard" else probs
 
     def _fit_unified(self, ctx: RunContext):
         """The same two stages with one network (e.g. UVA): trained as an IDM, it labels
@@ -97,16 +102,15 @@ class IDMLabeling(Method):
         arch = ctx.architecture(cfg.arch)
         if arch.unified:
             return self._fit_unified(ctx)
-        lr = cfg.lr or arch.lr
+        lr, speed = cfg.lr or arch.lr, speed_of(arch, ctx.device)
         policy = self._networks(ctx)
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
-        s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
+        pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
         fit_classifier(
-            policy.idm, pair(s, s_next), a, ctx.plan.stage("idm"),
-            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(s)), seed=ctx.seed,
-            rule=ctx.stopping,
-            schedule=arch.lr_schedule,
+            policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device), ctx.plan.stage("idm"),
+            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(pairs)), seed=ctx.seed,
+            rule=ctx.stopping, schedule=arch.lr_schedule, speed=speed,
         )  # fmt: skip
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
@@ -114,8 +118,7 @@ class IDMLabeling(Method):
         fit_classifier(
             policy.net, u, labels, ctx.plan.stage("policy", policy=policy),
             lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)), seed=ctx.seed + 1,
-            rule=ctx.stopping,
-            schedule=arch.lr_schedule,
+            rule=ctx.stopping, schedule=arch.lr_schedule, speed=speed,
         )  # fmt: skip
         return policy
 
@@ -129,17 +132,19 @@ class IDMLabeling(Method):
         policies = [self._networks(ctx) for ctx in ctxs]
         pairs = list(zip(ctxs, policies, strict=True))
 
-        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        speed = speed_of(arch, ctxs[0].device)
+        idm_inputs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
         fit_classifiers(
             [p.idm for p in policies],
-            [pair(s, s_next) for s, _, s_next in data],
-            [a for _, a, _ in data],
+            idm_inputs,
+            [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs],
             [ctx.plan.stage("idm") for ctx in ctxs],
             lr=lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in idm_inputs],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
+            speed=speed,
         )
 
         labeled_u = [self._labels(ctx, p) for ctx, p in pairs]
@@ -153,5 +158,6 @@ class IDMLabeling(Method):
             seeds=[ctx.seed + 1 for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
+            speed=speed,
         )
         return policies

@@ -108,6 +108,7 @@ class Impala(Architecture):
     # The paper's Procgen stages: 1% of the rate rising to all of it over the first 1,000
     # of 60,000 steps, then linear decay to zero.
     lr_schedule = PROCGEN_SCHEDULE
+    fast_cuda = True  # bf16 + channels-last on a GPU, as LAPO's stages (fast_cuda)
     scale: ClassVar[int] = 4
     features: ClassVar[int] = 256
     decoder: ClassVar[tuple[int, ...]] = (128, 128)

@@ -22,7 +22,7 @@ from ssilbench.api import (
     Stage,
     VideoModel,
 )
-from ssilbench.data.tensors import pair
+from ssilbench.data.batches import TransitionFrames
 from ssilbench.train.batched import fit_classifiers
 from ssilbench.train.roles import unified
 from ssilbench.train.supervised import (
@@ -31,8 +31,8 @@ from ssilbench.train.supervised import (
     build_net,
     fit_classifier,
     fit_regressor,
-    labeled_tensors,
-    unlabeled_tensors,
+    labeled_actions,
+    speed_of,
 )
 
 
@@ -81,8 +81,10 @@ class VMIDM(Method):
         if not _learned(cfg, has_video_model):
             return [Stage("idm", total_steps, policy=True, data="labeled")]
         vm_steps = round(total_steps * cfg.vm_fraction)
+        # The learned video model reads D_U only: one per seed serves every label budget.
+        share = f"vm_idm_video_model:{cfg.model_dump_json()}:{vm_steps}"
         return [
-            Stage("video_model", vm_steps, data="unlabeled"),
+            Stage("video_model", vm_steps, data="unlabeled", share=share, per=("seed",)),
             Stage("idm", total_steps - vm_steps, policy=True, data="labeled"),
         ]
 
@@ -93,26 +95,28 @@ class VMIDM(Method):
             return ctx.video_model
         spec = ctx.spec
         vm_arch = ctx.architecture(cfg.vm_arch or ("mlp5" if spec.obs_kind == "vector" else "cnn5"))
-        u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
+        unlabeled = TransitionFrames(ctx.unlabeled, ctx.device)
+        speed = speed_of(vm_arch, ctx.device)
         with ctx.seeded():
             vm_net = vm_arch.build(spec.obs_shape, math.prod(spec.obs_shape)).to(ctx.device)
         fit_regressor(
-            vm_net, u, u_next - u, ctx.plan.stage("video_model"),
+            speed.module(vm_net), unlabeled.inputs("obs"), unlabeled.inputs("delta"),
+            ctx.plan.stage("video_model"),
             lr=cfg.lr or vm_arch.lr,
-            batch_size=cfg.batch_size or vm_arch.batch_size(len(u)),
+            batch_size=cfg.batch_size or vm_arch.batch_size(len(unlabeled)),
             seed=ctx.seed + 2,
             rule=ctx.stopping,
             schedule=vm_arch.lr_schedule,
+            speed=speed,
         )  # fmt: skip
         return RegressionVideoModel(vm_net.eval(), spec.obs_shape)
 
     def _policy(self, ctx: RunContext, video_model: VideoModel) -> VMIDMPolicy:
         cfg: VMIDMConfig = ctx.config
-        spec = ctx.spec
+        spec, arch = ctx.spec, ctx.architecture(cfg.arch)
         with ctx.seeded():
-            idm = build_net(ctx.architecture(cfg.arch), spec, spec.num_actions, paired=True,
-                            use_goal=cfg.use_goal)  # fmt: skip
-        return VMIDMPolicy(idm.to(ctx.device), video_model)
+            idm = build_net(arch, spec, spec.num_actions, paired=True, use_goal=cfg.use_goal)
+        return VMIDMPolicy(speed_of(arch, ctx.device).module(idm.to(ctx.device)), video_model)
 
     def _fit_unified(self, ctx: RunContext):
         """One network (e.g. UVA) as both: trained as a video model on D_U, then as an IDM
@@ -147,14 +151,16 @@ class VMIDM(Method):
         if arch.unified:
             return self._fit_unified(ctx)
         policy = self._policy(ctx, self._video_model(ctx))
-        s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
+        pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
         fit_classifier(
-            policy.idm, pair(s, s_next), a, ctx.plan.stage("idm", policy=policy),
+            policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device),
+            ctx.plan.stage("idm", policy=policy),
             lr=cfg.lr or arch.lr,
-            batch_size=cfg.batch_size or arch.batch_size(len(s)),
+            batch_size=cfg.batch_size or arch.batch_size(len(pairs)),
             seed=ctx.seed,
             rule=ctx.stopping,
             schedule=arch.lr_schedule,
+            speed=speed_of(arch, ctx.device),
         )  # fmt: skip
         return policy
 
@@ -166,16 +172,17 @@ class VMIDM(Method):
         if arch.unified:
             return [self._fit_unified(ctx) for ctx in ctxs]
         policies = [self._policy(ctx, self._video_model(ctx)) for ctx in ctxs]
-        data = [labeled_tensors(ctx.labeled, ctx.device) for ctx in ctxs]
+        pairs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
         fit_classifiers(
             [p.idm for p in policies],
-            [pair(s, s_next) for s, _, s_next in data],
-            [a for _, a, _ in data],
+            pairs,
+            [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs],
             [ctx.plan.stage("idm", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
             lr=cfg.lr or arch.lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s, _, _ in data],
+            batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in pairs],
             seeds=[ctx.seed for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
+            speed=speed_of(arch, ctxs[0].device),
         )
         return policies

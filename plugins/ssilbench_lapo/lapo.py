@@ -12,22 +12,26 @@ Steps: 50k / 60k / 10k of the paper's 120k, i.e. these shares of the run's total
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from pydantic import Field
+from torch import nn
 
 from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
-from ssilbench.train.memo import reuse_or_train
-from ssilbench.train.supervised import fit_classifier
+from ssilbench.data.batches import TransitionFrames
+from ssilbench.train.speed import Speed
+from ssilbench.train.supervised import fit_classifier, fit_regressor, label_rows, labeled_actions
 from ssilbench_baselines.impala import mlp
-from ssilbench_lapo.frames import (
-    Speed,
-    TransitionFrames,
-    evaluating,
-    fit_on_frames,
-    in_chunks,
+from ssilbench_lapo.world_model import (
+    WorldModelConfig,
+    impala_net,
+    latents_of,
+    schedules,
+    train_world_model,
 )
-from ssilbench_lapo.world_model import WorldModelConfig, impala_net, schedules, train_world_model
 
 
 class LAPOConfig(WorldModelConfig):
@@ -36,6 +40,19 @@ class LAPOConfig(WorldModelConfig):
     latent_policy_fraction: float = Field(
         0.5, gt=0, lt=1, description="Share of the steps for stage 2 (paper: 60k of 120k)."
     )
+
+
+@contextmanager
+def evaluating(*nets: nn.Module) -> Iterator[None]:
+    """Nets in eval mode for the block, back to their previous mode after it."""
+    modes = [net.training for net in nets]
+    for net in nets:
+        net.eval()
+    try:
+        yield
+    finally:
+        for net, mode in zip(nets, modes, strict=True):
+            net.train(mode)
 
 
 class LatentActionPolicy(Policy):
@@ -58,9 +75,11 @@ class LAPO(Method):
     def stages(self, cfg: LAPOConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         world = cfg.world_model_stage(total_steps)
         latent = round(total_steps * cfg.latent_policy_fraction)
+        # pi~ reads D_U and the shared stage 1 only: one per seed serves every budget.
+        share = f"lapo_latent_policy:{cfg.digest(LAPOConfig)}:{total_steps}"
         return [
             world,
-            Stage("latent_policy", latent, data="unlabeled"),
+            Stage("latent_policy", latent, data="unlabeled", share=share, per=("seed",)),
             Stage("decoder", total_steps - world.steps - latent, policy=True, data="labeled"),
         ]
 
@@ -68,45 +87,31 @@ class LAPO(Method):
         cfg: LAPOConfig = ctx.config
         spec, device = ctx.spec, ctx.device
         speed = Speed.for_device(cfg.fast_cuda, device)
-        unlabeled = TransitionFrames.from_view(ctx.unlabeled).to(device)
+        unlabeled = TransitionFrames(ctx.unlabeled, device)
         world = train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
 
-        # Stage 2: the latent IDM labels D_U once; pi~ regresses onto those latents.
-        def idm_latents(rows):
-            with speed.autocast():
-                return world.idm(*map(speed.images, unlabeled.pairs(rows)))
-
-        targets = in_chunks(idm_latents, len(unlabeled))
+        # Stage 2: pi~ regresses onto the frozen latent IDM's latents of D_U (computed once
+        # per world model, whichever run needs them first).
+        targets = latents_of(ctx, world, unlabeled, speed)
         with ctx.seeded():
             latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
             decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
         latent_policy.to(device)
-        budget = ctx.plan.stage("latent_policy")
-        settings = {"lr": cfg.lr, "batch": cfg.batch_size, "seed": ctx.seed,
-                    "rule": repr(ctx.stopping), "data": unlabeled.digest,
-                    "fast_cuda": cfg.fast_cuda, "schedule": repr(schedules(cfg)[1])}  # fmt: skip
-        reuse_or_train(
-            "lapo_latent_policy", latent_policy, [targets], settings, budget, device,
-            lambda: fit_on_frames(
-                latent_policy, unlabeled, targets, F.mse_loss, budget, lr=cfg.lr,
-                batch_size=cfg.batch_size, seed=ctx.seed, speed=speed, rule=ctx.stopping,
-                schedule=schedules(cfg)[1],
-            ),
+        fit_regressor(
+            latent_policy, unlabeled.inputs("obs"), targets, ctx.plan.stage("latent_policy"),
+            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.seed, rule=ctx.stopping,
+            schedule=schedules(cfg)[1], speed=speed,
         )  # fmt: skip
         latent_policy.eval().requires_grad_(False)
 
         # Stage 3: phi on the frozen pi~'s latents of the labeled states.
-        labeled = TransitionFrames.from_view(ctx.labeled).to(device)
-        actions = torch.as_tensor(ctx.labeled.actions, dtype=torch.long, device=device)
-
-        def policy_latents(rows):
-            with speed.autocast():
-                return latent_policy(speed.images(labeled.obs(rows)))
-
-        latents = in_chunks(policy_latents, len(labeled))
+        labeled = TransitionFrames(ctx.labeled, device)
+        latents = label_rows(ctx.plan.cache, latent_policy, labeled.inputs("obs"), device,
+                             speed, probs=False)  # fmt: skip
         policy = LatentActionPolicy(latent_policy, decoder.to(device))
         fit_classifier(
-            decoder, latents, actions, ctx.plan.stage("decoder", policy=policy),
+            decoder, latents, labeled_actions(ctx.labeled, device),
+            ctx.plan.stage("decoder", policy=policy),
             lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed + 2,
             rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip

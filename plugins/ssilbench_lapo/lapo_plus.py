@@ -16,24 +16,24 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
 from ssilbench.api import EnvSpec, Method, RunContext, Stage
-from ssilbench.train.memo import reuse_or_train
-from ssilbench.train.supervised import ClassifierPolicy, fit_classifier
-from ssilbench_baselines.impala import mlp
-from ssilbench_lapo.frames import (
-    Speed,
-    TransitionFrames,
-    fit_on_frames,
-    in_chunks,
+from ssilbench.data.batches import ArgmaxRows, TransitionFrames
+from ssilbench.train.speed import Speed
+from ssilbench.train.supervised import (
+    ClassifierPolicy,
+    fit_classifier,
+    label_rows,
+    labeled_actions,
 )
+from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.world_model import (
     LatentIDM,
     WorldModelConfig,
     impala_net,
+    latents_of,
     schedules,
     train_world_model,
 )
@@ -80,53 +80,32 @@ class LAPOPlus(Method):
         cfg: LAPOPlusConfig = ctx.config
         spec, device = ctx.spec, ctx.device
         speed = Speed.for_device(cfg.fast_cuda, device)
-        unlabeled = TransitionFrames.from_view(ctx.unlabeled).to(device)
+        unlabeled = TransitionFrames(ctx.unlabeled, device)
         world = train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
 
-        def latents_of(frames: TransitionFrames) -> torch.Tensor:
-            def chunk(rows):
-                with speed.autocast():
-                    return world.idm(*map(speed.images, frames.pairs(rows)))
-
-            return in_chunks(chunk, len(frames))
-
         # Stage 2: phi decodes the frozen latent IDM's latents of D_L into true actions.
-        labeled = TransitionFrames.from_view(ctx.labeled).to(device)
-        actions = torch.as_tensor(ctx.labeled.actions, dtype=torch.long, device=device)
-        latents = latents_of(labeled)
+        labeled = TransitionFrames(ctx.labeled, device)
+        latents = latents_of(ctx, world, labeled, speed)
         with ctx.seeded():
             decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
             net = speed.module(impala_net(cfg, spec.obs_shape, spec.num_actions))
         decoder.to(device)
         fit_classifier(
-            decoder, latents, actions, ctx.plan.stage("idm_decoder"),
+            decoder, latents, labeled_actions(ctx.labeled, device), ctx.plan.stage("idm_decoder"),
             lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed,
             rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip
         decoder.eval().requires_grad_(False)
         policy = ClassifierPolicy(net.to(device), idm=DecodedIDM(world.idm, decoder))
 
-        # Stage 3: label D_U with h^ = phi o h~, then clone pi^ from the labels.
-        with torch.no_grad():
-            probs = F.softmax(decoder(latents_of(unlabeled)), dim=-1)
-        targets = probs if cfg.labels == "soft" else probs.argmax(-1)
-        budget = ctx.plan.stage("policy", policy=policy)
-        settings = {"lr": cfg.lr, "batch": cfg.batch_size, "seed": ctx.seed + 1,
-                    "rule": repr(ctx.stopping), "data": unlabeled.digest,
-                    "fast_cuda": cfg.fast_cuda, "schedule": repr(schedules(cfg)[1])}  # fmt: skip
-        reuse_or_train(
-            "lapo_plus_policy", net, [targets], settings, budget, device,
-            lambda: fit_on_frames(
-                net, unlabeled, targets, _cross_entropy, budget, lr=cfg.lr,
-                batch_size=cfg.batch_size, seed=ctx.seed + 1, speed=speed, rule=ctx.stopping,
-                schedule=schedules(cfg)[1],
-            ),
+        # Stage 3: label D_U with h^ = phi o h~ (phi over D_U's latents, which every lapo and
+        # lapo_plus run of the game shares), then clone pi^ from the labels.
+        probs = label_rows(ctx.plan.cache, decoder, latents_of(ctx, world, unlabeled, speed),
+                           device)  # fmt: skip
+        fit_classifier(
+            net, unlabeled.inputs("obs"), probs if cfg.labels == "soft" else ArgmaxRows(probs),
+            ctx.plan.stage("policy", policy=policy),
+            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.seed + 1, rule=ctx.stopping,
+            schedule=schedules(cfg)[1], speed=speed,
         )  # fmt: skip
         return policy
-
-
-def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """To hard labels (long targets) or to distributions (float targets)."""
-    if targets.is_floating_point():
-        return -(targets * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-    return F.cross_entropy(logits, targets)

@@ -15,6 +15,8 @@ game find the same entry (see docs/methods/lapo.md).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Literal
 
 import torch
@@ -23,13 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from ssilbench.api import RunContext, Stage
+from ssilbench.data.batches import ArrayRows, TransitionFrames
 from ssilbench.data.tensors import pair
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import optimise
 from ssilbench.train.memo import reuse_or_train
 from ssilbench.train.schedule import WarmupLinear
+from ssilbench.train.speed import Speed
+from ssilbench.train.supervised import label_rows
 from ssilbench_baselines.impala import PROCGEN_SCHEDULE, ImpalaTrunk, mlp
-from ssilbench_lapo.frames import Speed, TransitionFrames
 from ssilbench_lapo.quantise import VectorQuantiser
 from ssilbench_lapo.unet import LatentUNet
 
@@ -119,7 +123,17 @@ class WorldModelConfig(BaseModel):
         return round(total_steps * self.world_model_fraction)
 
     def world_model_stage(self, total_steps: int) -> Stage:
-        return Stage("world_model", self.world_model_steps(total_steps), data="unlabeled")
+        """Stage 1, declared shared: every run of either method with these stage-1 settings
+        trains the same model on a game (see the module docstring)."""
+        steps = self.world_model_steps(total_steps)
+        return Stage("world_model", steps, data="unlabeled",
+                     share=f"lapo_world_model:{self.digest(WorldModelConfig)}:{steps}")  # fmt: skip
+
+    def digest(self, fields_of: type[BaseModel]) -> str:
+        """A short hash of this config's values of the fields ``fields_of`` declares."""
+        values = {k: getattr(self, k) for k in fields_of.model_fields}
+        text = json.dumps(values, sort_keys=True, default=list)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def impala_net(cfg: WorldModelConfig, in_shape: tuple[int, ...], out: int) -> nn.Sequential:
@@ -140,6 +154,18 @@ class LatentIDM(nn.Module):
 
     def forward(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(pair(obs, next_obs)))
+
+
+class PairedLatentIDM(nn.Module):
+    """The latent IDM on (s, s') already stacked by ``ssilbench.data.tensors.pair`` (the
+    ``pair`` inputs of ``TransitionFrames``)."""
+
+    def __init__(self, idm: LatentIDM) -> None:
+        super().__init__()
+        self.idm = idm
+
+    def forward(self, pairs: torch.Tensor) -> torch.Tensor:
+        return self.idm.head(self.idm.trunk(pairs))
 
 
 class WorldModel(nn.Module):
@@ -206,10 +232,21 @@ def train_world_model(
 
         optimise(net.parameters(), loss, len(unlabeled), budget, lr=cfg.world_model_lr,
                  batch_size=cfg.world_model_batch, seed=cfg.world_model_seed,
-                 clip_grad_norm=cfg.grad_clip, schedule=schedules(cfg)[0])  # fmt: skip
+                 clip_grad_norm=cfg.grad_clip, schedule=schedules(cfg)[0],
+                 prefetch=unlabeled.prefetch)  # fmt: skip
 
-    settings = {**_settings(cfg), "data": unlabeled.digest,
+    settings = {**_settings(cfg), "data": unlabeled.fingerprint,
                 "schedule": repr(schedules(cfg)[0])}  # fmt: skip
     reuse_or_train("lapo_world_model", model, [], settings, budget, ctx.device, train)
     model = speed.module(model.to(ctx.device)).eval()
     return model.requires_grad_(False)
+
+
+def latents_of(
+    ctx: RunContext, world: WorldModel, frames: TransitionFrames, speed: Speed
+) -> ArrayRows:
+    """The frozen latent IDM's pre-quantisation latents h~(s, s') of every transition of
+    ``frames``, computed once per world model and data (every lapo and lapo_plus run of a
+    game reads the same D_U latents)."""
+    return label_rows(ctx.plan.cache, PairedLatentIDM(world.idm), frames.inputs("pair"),
+                      ctx.device, speed, probs=False)  # fmt: skip

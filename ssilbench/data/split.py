@@ -94,6 +94,9 @@ class _Transitions:
     index: np.ndarray
     extras: dict[str, np.ndarray] = field(default_factory=dict, kw_only=True)
     episode_ends: np.ndarray | None = field(default=None, kw_only=True)
+    source: str = field(default="", kw_only=True)
+    """The store's recorded sha256 of ``frames`` ("" when unknown): with the index, it
+    identifies the view's transitions without reading a frame."""
 
     def __len__(self) -> int:
         return len(self.index)
@@ -134,7 +137,8 @@ def split(
         n_l = resolve_budget(budget, len(transitions), unit)
         labeled = transitions[np.sort(permutation(len(transitions), seed)[:n_l])]
     actions = np.array(store.actions[labeled])  # a copy: the view cannot see other labels
-    shared = {"frames": store.obs, "extras": store.extras, "episode_ends": store.episode_ends}
+    shared = {"frames": store.obs, "extras": store.extras, "episode_ends": store.episode_ends,
+              "source": store.content_id("obs")}  # fmt: skip
     return (
         LabeledView(index=labeled, actions=actions, **shared),
         UnlabeledView(index=transitions, **shared),

@@ -18,11 +18,14 @@ its episode, so transitions never cross an episode boundary.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,30 @@ from ssilbench.errors import DatasetError
 FORMAT = "ssilbench.transitions"
 FORMAT_VERSION = 1
 ARRAYS = ("obs", "actions", "rewards", "episode_ends")
+
+
+_READ_ONLY = contextvars.ContextVar("ssilbench_datasets_read_only", default=False)
+
+
+class DatasetNotBuilt(DatasetError):
+    """A dataset would have to be written, inside :func:`read_only` (a dry run)."""
+
+
+@contextmanager
+def read_only() -> Iterator[None]:
+    """Within the block no store is written and no verification stamp recorded: a dataset
+    that would have to be built raises :class:`DatasetNotBuilt` instead (``run --dry-run``
+    plans without touching the data root)."""
+    token = _READ_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _READ_ONLY.reset(token)
+
+
+def _refuse_writes(root: Path) -> None:
+    if _READ_ONLY.get():
+        raise DatasetNotBuilt(f"The dataset {root} does not exist yet: a run builds it.", root)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -55,6 +82,11 @@ class TransitionStore:
     episode_ends: np.ndarray
     manifest: dict[str, Any]
     extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def content_id(self, array: str = "obs") -> str:
+        """The sha256 the manifest records for one of the store's arrays ("" if none)."""
+        entry = self.manifest.get("files", {}).get(f"{array}.npy", {})
+        return str(entry.get("sha256", "")) if isinstance(entry, dict) else ""
 
     @property
     def num_frames(self) -> int:
@@ -92,6 +124,7 @@ class TransitionStore:
     ) -> TransitionStore:
         """Write a complete store atomically (a killed writer leaves no half store)."""
         root = Path(root)
+        _refuse_writes(root)
         episode_ends = np.asarray(episode_ends, dtype=np.int64)
         n = len(obs)
         extras = {_extra_name(k): v for k, v in (extras or {}).items()}
@@ -199,7 +232,7 @@ class TransitionStore:
                     "rebuilt (ssilbench data build ENV --rebuild).",
                     root,
                 )
-        if stamps != recorded:  # a file was hashed: record it
+        if stamps != recorded and not _READ_ONLY.get():  # a file was hashed: record it
             _write_stamps(root, stamps)
         try:
             arrays = {
@@ -273,8 +306,9 @@ def _npy_preamble(shape: tuple[int, ...], dtype: np.dtype) -> bytes:
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
 
 
-class _AppendedArray:
-    """A .npy file written row block by row block; its header is filled in at the end."""
+class AppendedArray:
+    """A .npy file written row block by row block; its header is filled in at the end (a
+    file larger than memory is never held in it)."""
 
     def __init__(self, path: Path, row_shape: tuple[int, ...], dtype: np.dtype) -> None:
         self.path = path
@@ -333,21 +367,22 @@ class TransitionStoreWriter:
         extra_obs: dict[str, tuple[tuple[int, ...], np.dtype | str]] | None = None,
     ) -> None:
         self.root = Path(root)
+        _refuse_writes(self.root)
         self.producer = producer
         self.metadata = metadata or {}
         self.partial = partial_path(self.root)
         shutil.rmtree(self.partial, ignore_errors=True)  # left by an interrupted writer
         self.partial.mkdir(parents=True)
         self._arrays = {
-            "obs": _AppendedArray(self.partial / "obs.npy", obs_shape, np.dtype(obs_dtype)),
-            "actions": _AppendedArray(
+            "obs": AppendedArray(self.partial / "obs.npy", obs_shape, np.dtype(obs_dtype)),
+            "actions": AppendedArray(
                 self.partial / "actions.npy", action_shape, np.dtype(action_dtype)
             ),
-            "rewards": _AppendedArray(self.partial / "rewards.npy", (), np.dtype(np.float32)),
+            "rewards": AppendedArray(self.partial / "rewards.npy", (), np.dtype(np.float32)),
         }
         self.extra_names = [_extra_name(name) for name in (extra_obs or {})]
         for name, (shape, dtype) in (extra_obs or {}).items():
-            self._arrays[f"obs.{name}"] = _AppendedArray(
+            self._arrays[f"obs.{name}"] = AppendedArray(
                 self.partial / f"obs.{name}.npy", tuple(shape), np.dtype(dtype)
             )
         self.episode_ends: list[int] = []

@@ -18,6 +18,7 @@ parameters; it must compute the same function as the module's own forward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
@@ -26,10 +27,18 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, stack_module_state
 
+from ssilbench.data.batches import RowSource, float_bytes, materialise
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import BatchSampler, StoppingRule, adam
 from ssilbench.train.memo import StageCache, reusable, stage_key
 from ssilbench.train.schedule import WarmupLinear, set_lr
+from ssilbench.train.speed import FLOAT32, Speed
+from ssilbench.train.supervised import fit_classifier
+
+STACK_BYTES = 512 * 2**20
+"""Runs are stacked only when their inputs and targets, as floats, fit in this many bytes;
+larger runs (images at the paper's scale) train one after the other, each reading its
+minibatches from the store."""
 
 
 class Stacked(nn.Module):
@@ -83,8 +92,8 @@ def _padded(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def fit_classifiers(
     nets: list[nn.Module],
-    inputs: list[torch.Tensor],
-    targets: list[torch.Tensor],
+    inputs: list[RowSource],
+    targets: list[RowSource],
     budgets: list[StageBudget],
     *,
     lr: float,
@@ -92,6 +101,7 @@ def fit_classifiers(
     seeds: list[int],
     rule: StoppingRule | None = StoppingRule(),
     schedule: WarmupLinear | None = None,
+    speed: Speed = FLOAT32,
 ) -> None:
     """Train R classifiers (hard or soft targets) together until their budgets are spent or
     the stopping rule stops them. ``budgets[r]`` is run r's stage budget (it ticks).
@@ -100,34 +110,59 @@ def fit_classifiers(
     to 1,273 would cost 20 times its own work), one group after the other; inside a group,
     runs that have stopped leave the stack at the next check, so the compute follows the
     runs still training. Runs whose stage was trained before (``ssilbench.train.memo``) are
-    restored instead."""
+    restored instead; a stage another process is training now is waited for afterwards
+    (never while this one holds a stage), then restored or trained here."""
+    if sum(map(float_bytes, inputs)) + sum(map(float_bytes, targets)) > STACK_BYTES:
+        for r, net in enumerate(nets):
+            fit_classifier(net, inputs[r], targets[r], budgets[r], lr=lr,
+                           batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
+                           schedule=schedule, speed=speed)  # fmt: skip
+        return
     keys: dict[int, tuple[StageCache, str]] = {}
-    for r, budget in enumerate(budgets):
-        cache = reusable(budget)
-        if cache is None:
-            continue
-        key = stage_key(cache, "classifier", nets[r], inputs[r], targets[r], budget, lr=lr,
-                        batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
-                        schedule=schedule)  # fmt: skip
-        if not cache.restore(key, nets[r], budget):
-            keys[r] = (cache, key)
-    todo = [r for r, b in enumerate(budgets) if not b.reused]
-    widths = [min(batch_sizes[r], len(inputs[r])) for r in todo]
+    later: list[int] = []
+    with contextlib.ExitStack() as held:
+        for r, budget in enumerate(budgets):
+            cache = reusable(budget)
+            if cache is None:
+                continue
+            key = stage_key(cache, "classifier", nets[r], inputs[r], targets[r], budget, lr=lr,
+                            batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
+                            schedule=schedule, speed=speed)  # fmt: skip
+            if held.enter_context(cache.lease(key, wait=False)) is None:
+                later.append(r)  # another process trains it now: wait for it afterwards
+            elif not cache.restore(key, nets[r], budget):
+                keys[r] = (cache, key)
+        todo = [r for r, b in enumerate(budgets) if not b.reused and r not in later]
+        _fit_stacked(nets, inputs, targets, budgets, todo, lr=lr, batch_sizes=batch_sizes,
+                     seeds=seeds, rule=rule, schedule=schedule, speed=speed)  # fmt: skip
+        for r, (cache, key) in keys.items():
+            cache.save(key, nets[r], budgets[r])
+    for r in later:
+        fit_classifier(nets[r], inputs[r], targets[r], budgets[r], lr=lr,
+                       batch_size=batch_sizes[r], seed=seeds[r], rule=rule, schedule=schedule,
+                       speed=speed)  # fmt: skip
+
+
+def _fit_stacked(nets, inputs, targets, budgets, todo: list[int], **settings) -> None:
+    """The runs ``todo`` stacked, in groups of similar batch width, on materialised data."""
+    if not todo:
+        return
+    batch_sizes = settings.pop("batch_sizes")
+    seeds = settings.pop("seeds")
+    x = {r: materialise(inputs[r]) for r in todo}
+    y = {r: materialise(targets[r]) for r in todo}
+    widths = [min(batch_sizes[r], len(x[r])) for r in todo]
     for local in _width_groups(widths):
         group = [todo[i] for i in local]
         _fit_group(
             [nets[r] for r in group],
-            [inputs[r] for r in group],
-            [targets[r] for r in group],
+            [x[r] for r in group],
+            [y[r] for r in group],
             [budgets[r] for r in group],
-            lr=lr,
             batch_sizes=[batch_sizes[r] for r in group],
             seeds=[seeds[r] for r in group],
-            rule=rule,
-            schedule=schedule,
+            **settings,
         )
-    for r, (cache, key) in keys.items():
-        cache.save(key, nets[r], budgets[r])
 
 
 def _width_groups(widths: list[int], slack: float = 1.5) -> list[list[int]]:
@@ -191,6 +226,7 @@ def _fit_group(
     seeds: list[int],
     rule: StoppingRule | None,
     schedule: WarmupLinear | None = None,
+    speed: Speed = FLOAT32,
 ) -> None:
     soft = targets[0].is_floating_point()
     totals = {b.stage.steps for b in budgets}
@@ -211,7 +247,9 @@ def _fit_group(
     steps = max(b.remaining for b in budgets)
 
     def losses(rows_x, rows_y, rows_mask, with_accuracy=False):
-        logits = g.stacked(rows_x)
+        with speed.autocast():
+            logits = g.stacked(rows_x)
+        logits = logits.float() if speed.enabled else logits
         if soft:
             per = -(rows_y * F.log_softmax(logits, dim=-1)).sum(-1)
         else:

@@ -75,6 +75,14 @@ class BatchSampler:
         self._pos += self.batch_size
         return batch
 
+    def peek(self) -> slice | np.ndarray:
+        """The batch :meth:`next` will return, without taking it (for reading ahead). The
+        sampler's state afterwards gives the same batches as if it had not peeked."""
+        batch = self.next()
+        if not isinstance(batch, slice):
+            self._pos -= len(batch)
+        return batch
+
 
 def optimise(
     params: Iterable[torch.nn.Parameter],
@@ -89,10 +97,13 @@ def optimise(
     rule: StoppingRule | None = None,
     accuracy_fn: Callable[[], float] | None = None,
     schedule: WarmupLinear | None = None,
+    prefetch: Callable[[slice | np.ndarray], None] | None = None,
 ) -> float:
     """Adam on ``loss_fn(batch_rows)`` until the stage budget is spent or ``rule`` stops it;
     returns the last loss. ``loss_fn(slice(None))`` must give the full training loss.
-    ``schedule`` shapes the learning rate over the stage's steps (constant when None)."""
+    ``schedule`` shapes the learning rate over the stage's steps (constant when None).
+    ``prefetch(rows)`` is told the next step's rows before this step computes (to read them
+    in the background)."""
     params = [p for p in params if p.requires_grad]
     optimiser = adam(params, lr)
     sampler = BatchSampler(n, batch_size, seed)
@@ -110,7 +121,10 @@ def optimise(
         previous = state["previous"]
     while budget.remaining > 0:
         set_lr(optimiser, lr, schedule, budget.used, budget.stage.steps)
-        loss = loss_fn(sampler.next())
+        rows = sampler.next()
+        if prefetch is not None and budget.remaining > 1:
+            prefetch(sampler.peek())
+        loss = loss_fn(rows)
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         if clip_grad_norm is not None:

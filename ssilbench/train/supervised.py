@@ -1,10 +1,14 @@
-"""Supervised building blocks shared by methods: tensors from views, fitting, policy wrappers.
+"""Supervised building blocks shared by methods: inputs from views, fitting, policy wrappers.
 
 Method modules stay readable top to bottom by composing these: a method says *what* is fitted
-on *which* data; this module says *how* a classifier or regressor is fitted.
+on *which* data; this module says *how* a classifier or regressor is fitted. Inputs and
+targets are row sources (``ssilbench.data.batches``): a tensor, or the frames of a view
+read per minibatch, so a stage on 2.6M Procgen transitions never holds them as floats.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -12,29 +16,54 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssilbench.api import Architecture, EnvSpec, Policy, VideoModel
+from ssilbench.data.batches import (
+    ArrayRows,
+    RowSource,
+    TransitionFrames,
+    chunk_rows,
+    chunks,
+    row_bytes,
+)
 from ssilbench.data.split import LabeledView, UnlabeledView
-from ssilbench.data.tensors import as_model_input, pair, pair_shape
+from ssilbench.data.tensors import pair, pair_shape
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
-from ssilbench.train.memo import reusable, stage_key
+from ssilbench.train.memo import StageCache, reusable, stage_key
 from ssilbench.train.schedule import WarmupLinear
+from ssilbench.train.speed import FLOAT32, Speed
+
+
+def speed_of(arch: Architecture, device: torch.device) -> Speed:
+    """How an architecture's networks train on ``device`` (bf16 on CUDA where it says so)."""
+    return Speed.for_device(arch.fast_cuda, device)
+
+
+def labeled_actions(view: LabeledView, device: torch.device) -> torch.Tensor:
+    """The actions of D_L as a tensor on ``device`` (N_L of them: always small)."""
+    return torch.as_tensor(np.asarray(view.actions), dtype=torch.long, device=device)
 
 
 def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(s, a, s') of D_L as tensors on ``device``."""
-    actions = torch.as_tensor(np.asarray(view.actions), dtype=torch.long, device=device)
-    return as_model_input(view.obs(), device), actions, as_model_input(view.next_obs(), device)
+    """(s, a, s') of D_L as whole float tensors on ``device``: for small views only (every
+    built-in method reads :class:`TransitionFrames` per minibatch instead)."""
+    frames = TransitionFrames(view, device)
+    s, s_next = frames.pairs()
+    return s, labeled_actions(view, device), s_next
 
 
 def unlabeled_tensors(view: UnlabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(s, s') of D_U as tensors on ``device``."""
-    return as_model_input(view.obs(), device), as_model_input(view.next_obs(), device)
+    """(s, s') of D_U as whole float tensors on ``device``: for small views only."""
+    return TransitionFrames(view, device).pairs()
+
+
+def _soft(targets: RowSource) -> bool:
+    return targets.is_floating_point()
 
 
 def fit_classifier(
     net: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
+    inputs: RowSource,
+    targets: RowSource,
     budget: StageBudget,
     *,
     lr: float,
@@ -42,49 +71,34 @@ def fit_classifier(
     seed: int,
     rule: StoppingRule | None = None,
     schedule: WarmupLinear | None = None,
+    speed: Speed = FLOAT32,
 ) -> float:
-    """Cross-entropy to hard labels (long targets) or to distributions (float targets)."""
-    soft = targets.is_floating_point()
+    """Cross-entropy to hard labels (integer targets) or to distributions (float targets)."""
+    soft = _soft(targets)
 
-    def loss(rows):
-        logits = net(inputs[rows])
+    def loss(logits: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
         if soft:
-            return -(targets[rows] * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-        return F.cross_entropy(logits, targets[rows])
+            return -(wanted * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        return F.cross_entropy(logits, wanted)
 
-    wanted = targets.argmax(-1) if soft else targets
-
+    @torch.no_grad()
     def accuracy() -> float:
-        return float((net(inputs).argmax(-1) == wanted).float().mean())
+        right = 0.0
+        for rows in chunks(len(inputs), chunk_rows(row_bytes(inputs))):
+            wanted = targets[rows]
+            wanted = wanted.argmax(-1) if soft else wanted
+            right += float((speed.forward(net, inputs[rows]).argmax(-1) == wanted).sum())
+        return right / len(inputs)
 
-    return _reused_or_optimised("classifier", net, inputs, targets, budget, loss, accuracy,
-                                lr=lr, batch_size=batch_size, seed=seed, rule=rule,
-                                schedule=schedule)  # fmt: skip
-
-
-def _reused_or_optimised(trainer, net, inputs, targets, budget, loss, accuracy, *, lr,
-                         batch_size, seed, rule, schedule=None) -> float:  # fmt: skip
-    """``optimise``, or the weights of the identical stage trained before (its last loss is
-    then unknown: NaN); a stage trained here is kept for reuse (``ssilbench.train.memo``)."""
-    cache = reusable(budget)
-    if cache is not None:
-        key = stage_key(cache, trainer, net, inputs, targets, budget, lr=lr,
-                        batch_size=batch_size, seed=seed, rule=rule, schedule=schedule)  # fmt: skip
-        if cache.restore(key, net, budget):
-            return float("nan")
-    last = optimise(
-        net.parameters(), loss, len(inputs), budget, lr=lr, batch_size=batch_size, seed=seed,
-        rule=rule, accuracy_fn=accuracy, schedule=schedule,
-    )  # fmt: skip
-    if cache is not None:
-        cache.save(key, net, budget)
-    return last
+    return fit_rows("classifier", net, inputs, targets, loss, budget, lr=lr,
+                    batch_size=batch_size, seed=seed, rule=rule, schedule=schedule,
+                    speed=speed, accuracy=accuracy)  # fmt: skip
 
 
 def fit_regressor(
     net: nn.Module,
-    inputs: torch.Tensor,
-    targets: torch.Tensor,
+    inputs: RowSource,
+    targets: RowSource,
     budget: StageBudget,
     *,
     lr: float,
@@ -92,23 +106,121 @@ def fit_regressor(
     seed: int,
     rule: StoppingRule | None = None,
     schedule: WarmupLinear | None = None,
+    speed: Speed = FLOAT32,
 ) -> float:
     """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened)."""
 
-    def loss(rows):
-        return F.mse_loss(net(inputs[rows]), targets[rows].flatten(1))
+    def loss(out: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+        return F.mse_loss(out, wanted.flatten(1))
 
-    return _reused_or_optimised("regressor", net, inputs, targets, budget, loss, None, lr=lr,
-                                batch_size=batch_size, seed=seed, rule=rule,
-                                schedule=schedule)  # fmt: skip
+    return fit_rows("regressor", net, inputs, targets, loss, budget, lr=lr,
+                    batch_size=batch_size, seed=seed, rule=rule, schedule=schedule,
+                    speed=speed)  # fmt: skip
+
+
+def fit_rows(
+    trainer: str,
+    net: nn.Module,
+    inputs: RowSource,
+    targets: RowSource,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    budget: StageBudget,
+    *,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    rule: StoppingRule | None = None,
+    schedule: WarmupLinear | None = None,
+    speed: Speed = FLOAT32,
+    accuracy: Callable[[], float] | None = None,
+) -> float:
+    """``loss(net(inputs[rows]), targets[rows])`` minimised by the shared loop, or the
+    weights of the identical stage trained before restored from the stage cache (its last
+    loss is then unknown: NaN). Minibatches of streamed inputs are read ahead while the
+    current one trains; the stopping rule's full loss is taken in chunks."""
+    n = len(inputs)
+
+    def batch_loss(rows) -> torch.Tensor:
+        return loss(speed.forward(net, inputs[rows]), targets[rows])
+
+    def loss_fn(rows) -> torch.Tensor:
+        if torch.is_grad_enabled() or not isinstance(rows, slice):
+            return batch_loss(rows)
+        return full_mean(batch_loss, n, chunk_rows(row_bytes(inputs)))
+
+    def prefetch(rows) -> None:
+        for source in (inputs, targets):
+            ahead = getattr(source, "prefetch", None)
+            if ahead is not None:
+                ahead(rows)
+
+    def train() -> float:
+        return optimise(net.parameters(), loss_fn, n, budget, lr=lr, batch_size=batch_size,
+                        seed=seed, rule=rule, accuracy_fn=accuracy, schedule=schedule,
+                        prefetch=prefetch)  # fmt: skip
+
+    cache = reusable(budget)
+    if cache is None:
+        return train()
+    key = stage_key(cache, trainer, net, inputs, targets, budget, lr=lr, batch_size=batch_size,
+                    seed=seed, rule=rule, schedule=schedule, speed=speed)  # fmt: skip
+    last = float("nan")
+
+    def trained() -> None:
+        nonlocal last
+        last = train()
+
+    cache.once(key, net, budget, trained)
+    return last
+
+
+def full_mean(batch_loss: Callable[[slice], torch.Tensor], n: int, size: int) -> torch.Tensor:
+    """The mean loss over all ``n`` rows, taken over chunks of ``size`` rows (one pass when
+    they fit in one, so that the value is the same as ``batch_loss(slice(None))``)."""
+    if n <= size:
+        return batch_loss(slice(None))
+    return sum(batch_loss(c) * (c.stop - c.start) for c in chunks(n, size)) / n
 
 
 @torch.no_grad()
-def predict_probs(net: nn.Module, inputs: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
-    """Softmax outputs of a classifier over a large input tensor, in chunks."""
-    return torch.cat(
-        [F.softmax(net(inputs[i : i + chunk]), dim=-1) for i in range(0, len(inputs), chunk)]
-    )
+def predict(
+    net: nn.Module, inputs: RowSource, speed: Speed = FLOAT32, softmax: bool = False
+) -> torch.Tensor:
+    """``net`` over every row of ``inputs`` in chunks (a small result: latents of D_L, say)."""
+    parts = []
+    for rows in chunks(len(inputs), chunk_rows(row_bytes(inputs))):
+        out = speed.forward(net, inputs[rows])
+        parts.append(F.softmax(out, dim=-1) if softmax else out)
+    return torch.cat(parts)
+
+
+def predict_probs(net: nn.Module, inputs: RowSource, speed: Speed = FLOAT32) -> torch.Tensor:
+    """Softmax outputs of a classifier over every row of ``inputs``, in chunks."""
+    return predict(net, inputs, speed, softmax=True)
+
+
+def label_rows(
+    cache: StageCache | None,
+    net: nn.Module,
+    inputs: RowSource,
+    device: torch.device,
+    speed: Speed = FLOAT32,
+    probs: bool = True,
+) -> ArrayRows:
+    """``net``'s softmax (``probs``) or raw outputs (latents) over every row of ``inputs``,
+    computed once: kept in the stage cache under the hash of the frozen network's weights
+    and the inputs, so every run that uses the same network on the same data (the IDM of a
+    run and of its retry, the soft- and hard-label variants of one IDM, LAPO's world model
+    for every lapo and lapo_plus run of a game) reads them instead of computing them again.
+    Hard labels are ``argmax_rows`` of the probabilities."""
+    from ssilbench.train.artifacts import cached_rows
+
+    def compute(rows: slice) -> torch.Tensor:
+        out = speed.forward(net, inputs[rows])
+        return F.softmax(out, dim=-1) if probs else out
+
+    return cached_rows(cache, "probs" if probs else "outputs", [net], inputs, compute,
+                       {"fast": speed.enabled}, device)  # fmt: skip
 
 
 class SelectFeatures(nn.Module):
