@@ -256,6 +256,9 @@ def list_cmd(state: State, as_json: bool) -> None:
 @click.option("--slurm-cluster", type=click.Choice(["local", "debug"]), default=None,
               help="Run the SLURM path with submitit's local or in-process executor "
               "(testing a sweep before sending it to a cluster).")  # fmt: skip
+@click.option("--dry-run", is_flag=True,
+              help="Print the runs, the stages they train (shared, cached) and the estimated "
+              "compute, then stop: nothing is claimed, trained or written.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 @click.pass_obj
 def run(
@@ -291,7 +294,9 @@ def run(
     slurm_time,
     slurm_parallelism,
     slurm_cluster,
+    dry_run,
     quiet,
+    save_timings: bool = False,
 ) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
     from pydantic import ValidationError
@@ -317,12 +322,13 @@ def run(
             )
         from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks, select_blocks
 
-        results_dir = ensure_writable(Path(results))
+        results_dir = Path(results).expanduser() if dry_run else ensure_writable(Path(results))
         chosen = select_blocks(
             load_sweep_file(Path(sweep_file)), Path(sweep_file),
             _csv(blocks, "block", "--blocks positions") if blocks is not None else [],
         )  # fmt: skip
-        plan, sweeps = plan_blocks(state.plugins, chosen, Path(sweep_file), data_root, quick)
+        plan, sweeps = plan_blocks(state.plugins, chosen, Path(sweep_file), data_root, quick,
+                                   "read" if dry_run else "prepare")  # fmt: skip
     else:
         if quick or blocks is not None:
             raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
@@ -358,8 +364,9 @@ def run(
             )
         except ValidationError as exc:
             raise UsageError(str(exc)) from None
-        results_dir = ensure_writable(Path(results))
-        plan, sweeps = build_plan(state.plugins, sweep, data_root), [sweep]
+        results_dir = Path(results).expanduser() if dry_run else ensure_writable(Path(results))
+        plan = build_plan(state.plugins, sweep, data_root, "read" if dry_run else "prepare")
+        sweeps = [sweep]
 
     from ssilbench.runner.sweep import PoolSetup
     from ssilbench.runner.worker import resolve_device
@@ -373,6 +380,9 @@ def run(
 
     remote = _executor(executor, workers, results_dir, ray_address, cpus_per_run, gpus_per_run,
                        slurm_partition, slurm_time, slurm_parallelism, slurm_cluster)  # fmt: skip
+    if dry_run:
+        _print_dry_run(state, plan, torch_device, results_dir, cache, workers, save_timings)
+        return
     storage = RunStorage(
         cache_root=results_dir / "cache" if cache else None,
         checkpoint_root=results_dir / "checkpoints",
@@ -409,6 +419,39 @@ def run(
         )
     if not report.ok:
         sys.exit(1)
+
+
+def _print_dry_run(state: State, plan, device, results_dir: Path, cache: bool, workers: int,
+                   save_timings: bool) -> None:  # fmt: skip
+    """The stage plan and cost of a sweep (``run --dry-run``, ``plan``)."""
+    from ssilbench.runner.dryrun import dry_run
+    from ssilbench.runner.store import ensure_writable, read_statuses
+    from ssilbench.runner.timings import FILE, Timings
+
+    done = {run_id for run_id, status in read_statuses(results_dir).items() if status == "done"}
+    timings = Timings(results_dir / FILE)
+    log = (lambda message: None) if state.quiet else (lambda m: click.echo(m, err=True))
+    report = dry_run(plan, state.plugins, device, done, results_dir / "cache" if cache else None,
+                     timings, workers=workers, log=log)  # fmt: skip
+    click.echo(report.render())
+    if save_timings:
+        ensure_writable(results_dir)
+        timings.save()
+
+
+@click.pass_context
+def _plan(ctx: click.Context, **kwargs) -> None:
+    ctx.invoke(run, **{**kwargs, "dry_run": True}, save_timings=True)
+
+
+cli.add_command(click.Command(
+    "plan",
+    params=[p for p in run.params if p.name != "dry_run"],
+    callback=_plan,
+    help="What 'run' with the same arguments would do: its runs, the stages they train "
+    "(shared, cached) and the estimated compute from step times measured on this device "
+    "(kept in RESULTS/timings.json for later plans). Nothing is claimed or trained.",
+))  # fmt: skip
 
 
 def _executor(kind, workers, results_dir, ray_address, cpus, gpus, partition, minutes,
@@ -1045,18 +1088,32 @@ def cache() -> None:
 @cache.command("ls")
 @click.option("--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory.")
 def cache_ls(results: str) -> None:
-    """One line per kept stage: key, stage, size, last use."""
+    """One line per kept stage (key, stage, size, last use), then one per stage being
+    trained now (key, holder host and pid, age, last heartbeat)."""
     import datetime
+    import time
 
     from ssilbench.train.memo import StageCache
 
-    entries = StageCache(Path(results) / "cache").entries()
+    cache = StageCache(Path(results) / "cache")
+    entries = cache.entries()
     for e in entries:
         when = datetime.datetime.fromtimestamp(e.last_used).isoformat(timespec="seconds")
         stage = "damaged" if e.meta.get("damaged") else e.meta.get("stage", "?")
         click.echo(f"{e.key[:12]}  {stage:<10} {e.size / 1024:9.1f} KiB  last used {when}")
     total = sum(e.size for e in entries)
     click.echo(f"{len(entries)} stage(s), {total / 2**20:.1f} MiB in {Path(results) / 'cache'}")
+    leases = cache.leases()
+    now = time.time()
+    for info in leases:
+        why = info.why_stale()
+        state = f"stale: {why}" if why else f"heartbeat {now - info.heartbeat:.0f} s ago"
+        age = now - (info.started or info.heartbeat)
+        click.echo(f"{info.key[:12]}  training   by {info.holder} for {age / 60:.1f} min ({state})")
+    if leases:
+        stale = sum(info.stale() for info in leases)
+        click.echo(f"{len(leases) - stale} stage(s) being trained, {stale} stale lease(s)"
+                   + (" (`ssilbench cache gc` removes them)" if stale else ""))  # fmt: skip
 
 
 @cache.command("gc")
@@ -1070,11 +1127,15 @@ def cache_ls(results: str) -> None:
     help="Delete only stages not used for this many days (0: delete all).",
 )
 def cache_gc(results: str, days: float) -> None:
-    """Delete kept stages (results already recorded are untouched)."""
+    """Delete kept stages (results already recorded are untouched) and the leases of stages
+    whose trainer is gone; stages being trained now keep their leases."""
     from ssilbench.train.memo import StageCache
 
-    removed = StageCache(Path(results) / "cache").gc(days * 86400)
-    click.echo(f"deleted {len(removed)} stage(s), {sum(e.size for e in removed) / 2**20:.1f} MiB")
+    cache = StageCache(Path(results) / "cache")
+    stale = cache.remove_stale_leases()
+    removed = cache.gc(days * 86400)
+    click.echo(f"deleted {len(removed)} stage(s), {sum(e.size for e in removed) / 2**20:.1f} MiB"
+               + (f", and {len(stale)} stale lease(s)" if stale else ""))  # fmt: skip
 
 
 @cli.group()

@@ -16,9 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Task
+from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Stage, Task
 from ssilbench.data.split import available_items, resolve_budget
-from ssilbench.data.store import TransitionStore
+from ssilbench.data.store import DatasetNotBuilt, TransitionStore, read_only
 from ssilbench.errors import ConfigError, UsageError, did_you_mean, unknown
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
@@ -79,12 +79,13 @@ def architecture_fields(config_model: type[BaseModel]) -> list[str]:
 
 @dataclass
 class TaskInfo:
-    """One configured task with its opened dataset (shared by all runs on it)."""
+    """One configured task with its opened dataset (shared by all runs on it). In a plan made
+    with ``datasets="read"`` (a dry run) ``dataset`` is None where it is not built yet."""
 
     env: str
     options: BaseModel
     task: Task
-    dataset: TransitionStore
+    dataset: TransitionStore | None
 
     @property
     def spec(self) -> EnvSpec:
@@ -105,6 +106,7 @@ class Plan:
     runs: list[RunSpec]
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     methods: dict[str, MethodInfo] = field(default_factory=dict)  # by method_key
+    stages: dict[str, list[Stage]] = field(default_factory=dict)  # by run id
 
     @staticmethod
     def task_key(spec: RunSpec) -> str:
@@ -127,6 +129,7 @@ class Plan:
         self.runs += [spec for spec in other.runs if spec.run_id not in seen]
         self.tasks.update(other.tasks)
         self.methods.update(other.methods)
+        self.stages.update(other.stages)
 
 
 def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
@@ -202,8 +205,12 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 )
 
 
-def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
-    """Resolve and check a sweep. Raises an SsilbenchError on the first problem found."""
+def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = "prepare") -> Plan:
+    """Resolve and check a sweep. Raises an SsilbenchError on the first problem found.
+
+    ``datasets="prepare"`` builds or opens every task's dataset; ``"read"`` only opens the
+    ones already there and writes nothing (budgets of a task whose dataset is not built yet
+    are checked when it is)."""
     plan = Plan(runs=[])
     classes = [plugins.methods.load(name) for name in sweep.methods]
     methods = {
@@ -219,20 +226,23 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
             environment.Options, sweep.options, f"options of environment '{family}'"
         )
         task = environment.load(task_name, options)
-        dataset = task.dataset(Path(data_root))
+        dataset = _dataset(task, Path(data_root), datasets)
         if sweep.rollouts:
             task.check_rollouts()
         info = TaskInfo(f"{family}:{task_name}", options, task, dataset)
         spec = info.spec
-        available = available_items(dataset, spec.budget_unit)
-        for budget in sweep.budgets:
-            resolve_budget(budget, available, spec.budget_unit)
+        if dataset is not None:
+            available = available_items(dataset, spec.budget_unit)
+            for budget in sweep.budgets:
+                resolve_budget(budget, available, spec.budget_unit)
         has_vm = task.video_model() is not None
         steps = sweep.total_steps(spec.default_steps)
+        stages = {}
         for m in methods.values():
             _check_architectures(m, spec, plugins)
+            stages[m.name] = m.cls().stages(m.config, steps, spec, has_vm)
             try:
-                check_stages(m.cls().stages(m.config, steps, spec, has_vm), steps, m.name)
+                check_stages(stages[m.name], steps, m.name)
             except StepParityError as exc:
                 raise ConfigError(
                     f"{exc}. Fix the method's stage split or the step budget."
@@ -243,7 +253,7 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
             for budget in sweep.budgets:
                 for seed in sweep.seeds:
                     plan.runs.append(
-                        RunSpec(
+                        run := RunSpec(
                             method=method_name,
                             config=methods[method_name].config.model_dump(mode="json"),
                             env=info.env,
@@ -256,7 +266,18 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path) -> Plan:
                             rollouts=sweep.rollouts,
                         )
                     )
+                    plan.stages[run.run_id] = stages[method_name]
     return plan
+
+
+def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore | None:
+    if datasets == "prepare":
+        return task.dataset(root)
+    with read_only():
+        try:
+            return task.dataset(root)
+        except DatasetNotBuilt:
+            return None
 
 
 def non_default(model: BaseModel) -> dict[str, Any]:

@@ -106,6 +106,25 @@ def ensure_writable(directory: Path) -> Path:
     return directory
 
 
+def read_statuses(directory: Path) -> dict[str, str]:
+    """Run id -> status of the store in ``directory``, read without writing anything (no
+    store there: none)."""
+    path = Path(directory).expanduser() / DB_NAME
+    if not path.is_file():
+        return {}
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        try:
+            return dict(db.execute("SELECT run_id, status FROM runs").fetchall())
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        raise ResultsStoreError(
+            f"Cannot read the results store {path}: {exc}. Is it an ssilbench results "
+            "directory? Pass another with --results DIR."
+        ) from None
+
+
 class ResultsStore:
     """Access to ``DIR/results.sqlite``. Use as a context manager or call :meth:`close`."""
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ssilbench.plugins import Plugins
+from ssilbench.runner.dryrun import leaders_first
 from ssilbench.runner.plan import Plan, label
 from ssilbench.runner.spec import RunSpec, Sweep
 from ssilbench.runner.store import ResultsStore, RunOutcome
@@ -243,6 +244,9 @@ def run_sweep(
     stacked = (stack and (workers == 1 or executor is not None)
                and not (storage and storage.checkpoint_every))  # fmt: skip
     units = groups(plan, pending) if stacked else [[index] for index in pending]
+    # A stage several runs share is trained by the first unit that needs it; the others
+    # go after, so that they find it trained rather than hold a worker while they wait.
+    units = leaders_first(plan, units)
 
     def claim(unit: list[int]) -> list[int]:
         """The runs of the unit this process may run; another live sweep may hold some."""

@@ -232,8 +232,12 @@ def select_blocks(sweep_file: SweepFile, path: Path, names: list[str]) -> SweepF
     return sweep_file.model_copy(update={"block": kept})
 
 
-def plan_blocks(plugins, sweep_file: SweepFile, path: Path, data_root: Path, quick: bool):
-    """One checked plan for every block of the file; errors name the file and the block."""
+def plan_blocks(
+    plugins, sweep_file: SweepFile, path: Path, data_root: Path, quick: bool,
+    datasets: str = "prepare",
+):  # fmt: skip
+    """One checked plan for every block of the file; errors name the file and the block
+    (``datasets``: as for ``build_plan``)."""
     from ssilbench.runner.plan import Plan, build_plan
 
     plan = Plan(runs=[])
@@ -241,7 +245,7 @@ def plan_blocks(plugins, sweep_file: SweepFile, path: Path, data_root: Path, qui
     for number, block in enumerate(sweep_file.blocks(quick), start=1):
         for sweep in block.sweeps():
             try:
-                plan.extend(build_plan(plugins, sweep, data_root))
+                plan.extend(build_plan(plugins, sweep, data_root, datasets))
             except SsilbenchError as exc:
                 raise type(exc)(f"Sweep file {path}, block {number}: {exc}") from None
             sweeps.append(sweep)

@@ -20,7 +20,7 @@ from ssilbench.errors import UsageError
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
-from ssilbench.runner.plan import MethodInfo, TaskInfo
+from ssilbench.runner.plan import MethodInfo, Plan, TaskInfo
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.store import RunOutcome
 from ssilbench.train.budget import StagePlan, check_stages
@@ -118,6 +118,12 @@ class PreparedRun:
             self.evaluator.close()
 
 
+def stage_scope(spec: RunSpec, task: TaskInfo) -> dict[str, Any]:
+    """The run's place among runs that may share stages (``StagePlan.scope``)."""
+    data = task.dataset.content_id() if task.dataset is not None else None
+    return {"env": Plan.task_key(spec), "data": data, "seed": spec.seed, "budget": spec.budget}
+
+
 def prepare(
     spec: RunSpec,
     method: MethodInfo,
@@ -171,6 +177,7 @@ def prepare(
         evaluate=evaluate,
         cache=storage.cache(),
         checkpoints=storage.checkpoints(spec.run_id, timeline),
+        scope=stage_scope(spec, task),
     )
     if overlapped is not None and plan.checkpoints is not None:
         plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation

@@ -98,6 +98,10 @@ class StagePlan:
     """A ``ssilbench.train.memo.StageCache`` where trained stages may be reused."""
     checkpoints: Any = None
     """``ssilbench.train.checkpoint.RunCheckpoints`` when the run saves its training state."""
+    scope: dict[str, Any] = field(default_factory=dict)
+    """Where the run stands: its task (``env``), dataset (``data``), ``seed`` and ``budget``;
+    a shared stage's cache entry records the part of it the stage depends on, so that a dry
+    run can tell which shared stages are trained already."""
 
     def stage(self, name: str, policy: Any = None) -> StageBudget:
         """Open the named stage; ``policy`` is evaluated periodically if it is a policy stage."""

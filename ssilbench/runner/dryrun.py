@@ -1,0 +1,240 @@
+"""What a sweep will do before it does it: its runs, the stages it will train (which are
+shared by several runs, which are in the stage cache already) and what that costs.
+
+Stages that several runs share (``Stage.share``: LAPO's world model, shared by every lapo and
+lapo_plus run of a game) are trained once; the sweep therefore schedules one run of each
+shared stage first (:func:`leaders_first`) and the runs that reuse it after, so that
+workers do not sit waiting for a stage another worker trains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssilbench.api import Stage
+from ssilbench.runner.plan import Plan
+from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
+from ssilbench.runner.worker import stage_scope
+from ssilbench.train.memo import StageCache, share_identity
+
+
+def _identities(plan: Plan, index: int) -> list[tuple[Stage, str | None]]:
+    spec = plan.runs[index]
+    scope = stage_scope(spec, plan.task_of(spec))
+    return [
+        (s, share_identity(s, scope) if s.share else None)
+        for s in plan.stages[plan.runs[index].run_id]
+        if s.steps > 0
+    ]
+
+
+def leaders_first(plan: Plan, units: list[list[int]]) -> list[list[int]]:
+    """Units in an order where the first unit to need each shared stage comes before every
+    other unit that needs it (the others then find it trained, or wait less)."""
+    seen: set[str] = set()
+    leaders, followers = [], []
+    for unit in units:
+        shared = {identity for i in unit for _, identity in _identities(plan, i) if identity}
+        (leaders if shared - seen else followers).append(unit)
+        seen |= shared
+    return leaders + followers
+
+
+@dataclass
+class StageWork:
+    """One (method, stage) of the sweep: how many trainings it takes and for how many runs."""
+
+    method: str
+    stage: str
+    steps: int
+    shared: bool
+    runs: int = 0
+    trainings: int = 0
+    cached: int = 0
+    seconds_per_step: float | None = None
+    identities: set = field(default_factory=set)
+
+    @property
+    def to_train(self) -> int:
+        return self.trainings - self.cached
+
+    @property
+    def seconds(self) -> float | None:
+        if self.seconds_per_step is None:
+            return None
+        return self.to_train * self.steps * self.seconds_per_step
+
+
+@dataclass
+class DryRun:
+    plan: Plan
+    pending: list[int]
+    done: int
+    works: list[StageWork]
+    measurements: dict[str, tuple[str, Measurement | None]]
+    """By measurement key: the method and its measurement (None: not measured)."""
+    training_s: float | None
+    evaluation_s: float | None
+    other_s: float | None
+    device: str
+    workers: int
+
+    def render(self) -> str:
+        lines = [
+            f"{len(self.plan.runs)} run(s): {self.done} already recorded, "
+            f"{len(self.pending)} to run, on {self.device}"
+            + (f" with {self.workers} workers" if self.workers > 1 else "")
+            + "."
+        ]
+        missing = [t.env for t in self.plan.tasks.values() if t.dataset is None]
+        if missing:
+            lines.append(f"Datasets to build first: {', '.join(sorted(missing))}.")
+        if self.works:
+            lines += ["", "Stages to train:", _table(self.works)]
+        lines.append("")
+        parts = [
+            ("training", self.training_s),
+            ("labelling and data", self.other_s),
+            ("evaluation (at most)", self.evaluation_s),
+        ]
+        known = [(name, s) for name, s in parts if s is not None]
+        if known:
+            total = sum(s for _, s in known)
+            lines.append(
+                "Estimated compute: "
+                + ", ".join(f"{n} {_hours(s)}" for n, s in known)
+                + f"; in all {_hours(total)}"
+                + (
+                    f", about {_hours(total / self.workers)} of wall time"
+                    if self.workers > 1
+                    else ""
+                )
+                + "."
+            )
+        unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
+        if unmeasured:
+            lines.append(
+                f"No step times measured on this device for: {', '.join(unmeasured)} "
+                "(run 'ssilbench plan' with the same arguments to measure them)."
+            )
+        elif self.measurements:
+            lines.append(
+                "Step times: measured on this device (steady state of a few steps of "
+                "each stage on a small store of the task's shape)."
+            )
+        return "\n".join(lines)
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _table(works: list[StageWork]) -> str:
+    head = ("method", "stage", "steps", "runs", "trainings", "cached", "s/step", "compute")
+    rows = [head]
+    for w in works:
+        rows.append(
+            (
+                w.method,
+                w.stage + (" (shared)" if w.shared else ""),
+                f"{w.steps:,}",
+                str(w.runs),
+                str(w.trainings),
+                str(w.cached),
+                "?" if w.seconds_per_step is None else f"{w.seconds_per_step:.4g}",
+                "?" if w.seconds is None else _hours(w.seconds),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join(
+        "  "
+        + "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
+
+
+def dry_run(
+    plan: Plan,
+    plugins,
+    device,
+    done_ids: set[str],
+    cache_root: Path | None,
+    timings: Timings,
+    measure_missing: bool = True,
+    workers: int = 1,
+    log=lambda message: None,
+) -> DryRun:
+    """The stage plan and cost of running ``plan``'s runs not in ``done_ids``."""
+    from ssilbench.runner.timings import device_description
+
+    pending = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done_ids]
+    cached = StageCache(cache_root).shared_identities() if cache_root is not None else set()
+    measurements: dict[str, tuple[str, Measurement | None]] = {}
+    works: dict[tuple[str, str], StageWork] = {}
+    evaluation = other = 0.0
+    eval_known = other_known = True
+    for index in pending:
+        spec = plan.runs[index]
+        method, task = plan.method_of(spec), plan.task_of(spec)
+        key = measurement_key(method, task.spec, device)
+        if key not in measurements:
+            found = timings.get(key)
+            if found is None and measure_missing:
+                log(f"measuring step times of {spec.method} on {spec.env} ...")
+                found = measure(method, task, plugins, device)
+                timings.add(found)
+            measurements[key] = (spec.method, found)
+        m = measurements[key][1]
+        for stage, identity in _identities(plan, index):
+            work = works.setdefault(
+                (spec.method, stage.name),
+                StageWork(spec.method, stage.name, stage.steps, stage.share is not None),
+            )
+            work.runs += 1
+            if identity is None or identity not in work.identities:
+                work.trainings += 1
+                work.cached += identity is not None and identity in cached
+                if identity is not None:
+                    work.identities.add(identity)
+            if m is not None and stage.name in m.stages:
+                work.seconds_per_step = m.stages[stage.name].seconds_per_step
+        if m is None:
+            eval_known = other_known = False
+            continue
+        dataset = task.dataset
+        if dataset is not None:
+            other += m.other_seconds_per_transition * dataset.num_transitions
+        else:
+            other_known = False
+        if spec.rollouts and not math.isnan(m.eval_forward_seconds):
+            evaluations = sum(
+                math.ceil(s.steps / spec.eval_every) for s in plan.stages[spec.run_id] if s.policy
+            )
+            evaluation += evaluations * task.spec.horizon * m.eval_forward_seconds
+        elif spec.rollouts:
+            eval_known = False
+    ordered = sorted(works.values(), key=lambda w: (w.method, w.stage))
+    training = None
+    if all(w.seconds is not None for w in ordered):
+        training = sum(w.seconds for w in ordered)  # type: ignore[misc]
+    return DryRun(
+        plan,
+        pending,
+        len(plan.runs) - len(pending),
+        ordered,
+        measurements,
+        training,
+        evaluation if eval_known else None,
+        other if other_known else None,
+        device_description(device),
+        workers,
+    )

@@ -1,0 +1,308 @@
+"""Step times of a method's stages measured on this device, for the cost of a sweep.
+
+A sweep's cost is its stages' steps times their step time, plus its evaluations. Step times
+depend on the method, its config, the task's observations and the device, so they are
+measured: the method's own ``fit`` runs on a small store of the task's shape (the first
+episodes of its dataset, or random frames where it has none yet), each stage stopped after
+a few steps, on the device the sweep would use. Steady-state time per step is the median of
+the steps after the first; floating-point operations per step are counted in a separate
+pass (``torch.utils.flop_counter``), so that the projection to another device can be made.
+Measurements are kept in ``RESULTS/timings.json`` keyed by what they depend on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ssilbench.api import EnvSpec, RunContext
+from ssilbench.data.split import split
+from ssilbench.data.store import TransitionStore
+from ssilbench.data.tensors import as_model_input
+from ssilbench.runner.plan import MethodInfo, TaskInfo
+from ssilbench.train.budget import StageBudget, StagePlan
+
+FILE = "timings.json"
+SAMPLE_FRAMES = 1024
+"""Frames of the small store a measurement trains on (its D_U)."""
+SAMPLE_LABELED = 64
+
+
+@dataclass
+class StageTiming:
+    seconds_per_step: float
+    flops_per_step: float | None = None
+    steps_timed: int = 0
+
+
+@dataclass
+class Measurement:
+    """What one method config costs on one task shape and device."""
+
+    key: str
+    method: str
+    device: str
+    stages: dict[str, StageTiming]
+    other_seconds_per_transition: float
+    """Time outside the stages' steps (labelling D_U, data setup) per D_U transition."""
+    eval_forward_seconds: float
+    """One policy call on ``eval_episodes`` observations (an upper bound on an evaluation
+    is ``horizon`` of these)."""
+    measured_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Measurement:
+        stages = {k: StageTiming(**v) for k, v in data["stages"].items()}
+        return cls(**{**data, "stages": stages})
+
+
+def device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def measurement_key(method: MethodInfo, spec: EnvSpec, device: torch.device) -> str:
+    """What a step time depends on: the method and config, the task's observations and
+    actions, the device and torch."""
+    shape = {
+        k: getattr(spec, k)
+        for k in (
+            "obs_shape",
+            "obs_dtype",
+            "num_actions",
+            "action_kind",
+            "frame_stack",
+            "action_chunk",
+        )
+    }
+    return json.dumps(
+        {
+            "method": method.name,
+            "config": method.config.model_dump(mode="json"),
+            "spec": shape,
+            "default_steps": spec.default_steps,
+            "device": device_description(device),
+            "torch": torch.__version__,
+        },
+        sort_keys=True,
+        default=list,
+    )
+
+
+class Timings:
+    """The measurements kept in one file (``RESULTS/timings.json``)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.items: dict[str, Measurement] = {}
+        if path is not None and path.is_file():
+            try:
+                for data in json.loads(path.read_text()):
+                    m = Measurement.from_json(data)
+                    self.items[m.key] = m
+            except (OSError, ValueError, TypeError, KeyError):
+                self.items = {}  # an unreadable file is measured again, and replaced
+
+    def get(self, key: str) -> Measurement | None:
+        return self.items.get(key)
+
+    def add(self, m: Measurement) -> None:
+        self.items[m.key] = m
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps([asdict(m) for m in self.items.values()], indent=1))
+        os.replace(tmp, self.path)
+
+
+class _TimedBudget(StageBudget):
+    """A stage budget that stops its stage after ``limit`` steps and stamps each step
+    (``stamps``: time and the flop counter's total after each)."""
+
+    def tick(self) -> None:
+        super().tick()
+        if self.plan.device.type == "cuda":
+            torch.cuda.synchronize(self.plan.device)
+        flops = self.counter.get_total_flops() if self.counter is not None else 0.0
+        self.stamps.append((time.perf_counter(), float(flops)))
+        if self.used >= self.limit and self.remaining:
+            self.stop_early("step-time measurement")
+
+
+@dataclass
+class _TimedPlan(StagePlan):
+    device: torch.device = torch.device("cpu")
+    limit: int = 4
+    counter: Any = None
+
+    def stage(self, name: str, policy: Any = None) -> StageBudget:
+        budget = super().stage(name, policy)
+        timed = _TimedBudget(budget.stage, self, policy)
+        timed.limit, timed.stamps, timed.counter = self.limit, [], self.counter
+        self.budgets[name] = timed
+        return timed
+
+
+def _sample_store(task: TaskInfo, root: Path) -> TransitionStore:
+    """A small store of the task's shape: the first episodes of its dataset (at most
+    SAMPLE_FRAMES frames, at least one episode), or random frames when it has none."""
+    spec = task.spec
+    data = task.dataset
+    if data is not None:
+        ends = np.asarray(data.episode_ends)
+        keep = ends[ends <= SAMPLE_FRAMES]
+        keep = keep if len(keep) else ends[:1]
+        n = int(keep[-1])
+        return TransitionStore.write(
+            root,
+            np.asarray(data.obs[:n]),
+            np.asarray(data.actions[:n]),
+            np.asarray(data.rewards[:n]),
+            keep,
+            {"sample": True},
+            extras={k: np.asarray(v[:n]) for k, v in data.extras.items()},
+        )
+    rng = np.random.Generator(np.random.PCG64(0))
+    n = SAMPLE_FRAMES
+    if spec.obs_dtype == "uint8":
+        obs = rng.integers(0, 256, size=(n, *spec.obs_shape), dtype=np.uint8)
+    else:
+        obs = rng.standard_normal((n, *spec.obs_shape)).astype(np.float32)
+    if spec.action_kind == "discrete":
+        actions = rng.integers(0, spec.num_actions, size=n)
+    else:
+        low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+        actions = rng.uniform(low, high, size=(n, spec.num_actions)).astype(np.float32)
+    extras = {
+        k: rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+        if dt == "uint8"
+        else rng.standard_normal((n, *shape)).astype(dt)
+        for k, (shape, dt) in spec.extra_obs.items()
+    }
+    ends = np.arange(64, n + 1, 64)
+    return TransitionStore.write(
+        root, obs, actions, np.zeros(n, np.float32), ends, {"sample": True}, extras=extras
+    )
+
+
+def _fit_timed(
+    method: MethodInfo,
+    task: TaskInfo,
+    store: TransitionStore,
+    plugins,
+    device: torch.device,
+    limit: int,
+    counter=None,
+) -> tuple[_TimedPlan, float]:
+    spec = task.spec
+    budget = str(
+        min(
+            SAMPLE_LABELED if spec.budget_unit == "transitions" else 2,
+            store.num_transitions if spec.budget_unit == "transitions" else store.num_episodes,
+        )
+    )
+    labeled, unlabeled = split(store, budget, 0, spec.budget_unit)
+    video_model = task.task.video_model()
+    stages = method.cls().stages(method.config, spec.default_steps, spec, video_model is not None)
+    plan = _TimedPlan(
+        stages,
+        eval_every=max(s.steps for s in stages) + 1,
+        evaluate=lambda policy: math.nan,
+        device=device,
+        limit=limit,
+        counter=counter,
+    )
+    ctx = RunContext(
+        config=method.config,
+        spec=spec,
+        labeled=labeled,
+        unlabeled=unlabeled,
+        video_model=video_model,
+        device=device,
+        seed=0,
+        plan=plan,
+        architectures=plugins.architectures.create,
+        evaluate=lambda p: math.nan,
+        log=lambda message: None,
+    )
+    began = time.perf_counter()
+    policy = method.cls().fit(ctx)
+    total = time.perf_counter() - began
+    plan.policy = policy
+    return plan, total
+
+
+def measure(
+    method: MethodInfo,
+    task: TaskInfo,
+    plugins,
+    device: torch.device,
+    steps: int = 4,
+    flops: bool = False,
+) -> Measurement:
+    """Measure one method config on one task (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="ssilbench-timing-") as tmp:
+        store = _sample_store(task, Path(tmp) / "store")
+        plan, total = _fit_timed(method, task, store, plugins, device, max(2, steps))
+        counted = None
+        if flops:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            with FlopCounterMode(display=False) as counter:
+                counted, _ = _fit_timed(method, task, store, plugins, device, 2, counter)
+        stages: dict[str, StageTiming] = {}
+        stepping = 0.0
+        for name, budget in plan.budgets.items():
+            times = [t for t, _ in budget.stamps]
+            if len(times) < 2:
+                continue
+            per_step = float(statistics.median(np.diff(times)))
+            stepping += per_step * budget.used
+            per_flop = None
+            if counted is not None and len(counted.budgets[name].stamps) >= 2:
+                (_, f0), (_, f1) = counted.budgets[name].stamps[:2]
+                per_flop = f1 - f0
+            stages[name] = StageTiming(per_step, per_flop, len(times) - 1)
+        # What is not stepping (labelling D_U, gathering data) grows with D_U.
+        other = max(0.0, total - stepping) / max(store.num_transitions, 1)
+        eval_forward = _policy_call_seconds(plan.policy, task.spec, store, device)
+    return Measurement(
+        measurement_key(method, task.spec, device),
+        method.name,
+        device_description(device),
+        stages,
+        other,
+        eval_forward,
+    )
+
+
+@torch.no_grad()
+def _policy_call_seconds(policy, spec: EnvSpec, store: TransitionStore, device) -> float:
+    """Median time of one policy call on ``eval_episodes`` observations."""
+    if spec.extra_obs or spec.frame_stack > 1:
+        return math.nan  # dict / stacked observations: measured by the environment's bench
+    rows = np.arange(spec.eval_episodes) % store.num_frames
+    obs = as_model_input(np.asarray(store.obs[rows]), device)
+    times = []
+    for _ in range(3):
+        began = time.perf_counter()
+        policy.act(obs, greedy=spec.action_selection == "greedy")
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - began)
+    return float(statistics.median(times))
