@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import random
+import threading
+import time
+
 import pytest
 import torch
 
@@ -75,4 +79,124 @@ def test_an_evaluation_error_reaches_the_training_thread():
     overlapped.submit(_Counter(), 0)
     with pytest.raises(RuntimeError, match="rollout failed"):
         overlapped.wait()
+    overlapped.close()
+
+
+class _Gate:
+    """A record that holds the evaluation of ``held_step`` until released, and keeps what
+    each evaluation saw, in the order they ran."""
+
+    def __init__(self, held_step: int = 0, failing_step: int | None = None) -> None:
+        self.held_step, self.failing_step = held_step, failing_step
+        self.started, self.release = threading.Event(), threading.Event()
+        self.seen: list[tuple[int, float]] = []
+
+    def __call__(self, policy, step: int) -> None:
+        if step == self.held_step:
+            self.started.set()
+            assert self.release.wait(timeout=30), "the test never released the evaluation"
+        if step == self.failing_step:
+            raise RuntimeError(f"rollout {step} failed")
+        self.seen.append((step, float(policy.value)))
+
+
+class _Snapshots(_Counter):
+    """Counts the snapshots taken of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken = 0
+
+    def snapshot(self):
+        self.taken += 1
+        return super().snapshot()
+
+
+def test_submit_returns_while_an_evaluation_runs():
+    gate = _Gate()
+    overlapped = OverlappedEvaluation(gate, CPU)
+    policy = _Counter()
+    try:
+        for step in range(3):
+            policy.value += 1
+            overlapped.submit(policy, step)
+            assert gate.started.wait(timeout=30)
+        assert gate.seen == [] and len(overlapped.pending) == 3  # none waited for step 0
+        gate.release.set()
+        overlapped.wait()
+        assert gate.seen == [(0, 1.0), (1, 2.0), (2, 3.0)] and not overlapped.pending
+    finally:
+        gate.release.set()
+        overlapped.close()
+
+
+def test_queued_records_are_the_in_line_records():
+    """Evaluations of uneven length pile up behind each other and are recorded in step
+    order with the weights of their step, exactly as evaluating in line records them."""
+    rng = random.Random(0)
+
+    def record(into):
+        def run(policy, step):
+            time.sleep(rng.choice([0.0, 0.0, 0.01, 0.03]))
+            into.append((step, float(policy.value) * step))
+
+        return run
+
+    inline, queued = [], []
+    overlapped = OverlappedEvaluation(record(queued), CPU, max_pending=3)
+    policy = _Counter()
+    for step in range(0, 400, 20):
+        policy.value += step % 7  # training changes the weights between submissions
+        record(inline)(policy, step)
+        overlapped.submit(policy, step)
+    overlapped.close()
+    assert queued == inline and len(queued) == 20
+
+
+def test_the_queue_is_bounded():
+    gate = _Gate()
+    overlapped = OverlappedEvaluation(gate, CPU, max_pending=2)
+    policy = _Snapshots()
+    try:
+        overlapped.submit(policy, 0)
+        overlapped.submit(policy, 1)
+        third = threading.Thread(target=overlapped.submit, args=(policy, 2))
+        third.start()
+        third.join(timeout=0.3)
+        # The third submission waits for the evaluation of step 0 before taking a snapshot.
+        assert third.is_alive() and policy.taken == 2
+        gate.release.set()
+        third.join(timeout=30)
+        assert not third.is_alive() and policy.taken == 3
+        overlapped.wait()
+    finally:
+        gate.release.set()
+        overlapped.close()
+    assert [step for step, _ in gate.seen] == [0, 1, 2]
+
+
+def test_an_error_stops_the_queue_and_surfaces_once_at_wait():
+    gate = _Gate(held_step=0, failing_step=1)
+    overlapped = OverlappedEvaluation(gate, CPU)
+    for step in range(4):
+        overlapped.submit(_Counter(), step)
+    gate.release.set()
+    with pytest.raises(RuntimeError, match="rollout 1 failed"):
+        overlapped.wait()
+    overlapped.close()  # raised once: closing after it is quiet
+    assert [step for step, _ in gate.seen] == [0]  # no record after the failed one
+
+
+def test_an_error_surfaces_at_close_and_at_the_next_submit():
+    gate = _Gate(held_step=-1, failing_step=0)
+    overlapped = OverlappedEvaluation(gate, CPU)
+    overlapped.submit(_Counter(), 0)
+    with pytest.raises(RuntimeError, match="rollout 0 failed"):
+        overlapped.close()
+
+    overlapped = OverlappedEvaluation(gate, CPU)
+    overlapped.submit(_Counter(), 0)
+    assert overlapped.pending[0].exception(timeout=30) is not None  # it has failed by now
+    with pytest.raises(RuntimeError, match="rollout 0 failed"):
+        overlapped.submit(_Counter(), 1)
     overlapped.close()

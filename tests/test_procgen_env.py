@@ -127,14 +127,18 @@ def test_evaluation_runs_every_episode_to_its_end():
     try:
         returns = rollout_returns(venv, Uniform(), task.spec, 9, torch.device("cpu"),
                                   torch.Generator().manual_seed(0))  # fmt: skip
-        # Replay the same actions by hand and sum each env's rewards up to its first end.
+        # Replay the same actions by hand and sum each env's rewards up to its first end;
+        # actions are sampled for the envs still playing only (finished ones repeat theirs).
         generator = torch.Generator().manual_seed(0)
         venv.reset(seed=9)
         expected, ended = np.zeros(4), np.zeros(4, dtype=bool)
         lengths = np.zeros(4, dtype=int)
+        actions = np.zeros(4, dtype=np.int64)
         while not ended.all():
-            actions = torch.multinomial(torch.full((4, 15), 1 / 15), 1, generator=generator)
-            _, reward, terminated, _, _ = venv.step(actions.squeeze(-1).numpy())
+            live = int((~ended).sum())
+            sampled = torch.multinomial(torch.full((live, 15), 1 / 15), 1, generator=generator)
+            actions[~ended] = sampled.squeeze(-1).numpy()
+            _, reward, terminated, _, _ = venv.step(actions)
             expected += np.where(ended, 0.0, reward)
             lengths += ~ended
             ended |= terminated
@@ -142,3 +146,48 @@ def test_evaluation_runs_every_episode_to_its_end():
         venv.close()
     np.testing.assert_allclose(returns, expected)
     assert len(set(lengths.tolist())) > 1  # episodes of different lengths all finished
+
+
+@needs_procgen
+def test_a_reset_restores_the_seed_instead_of_rebuilding():
+    """A reset with a seed seen before restores its saved initial states: the episodes are
+    those of the first reset and of a freshly built env, through several episode ends."""
+    task = ProcgenEnvironment().load("bigfish", ProcgenOptions())
+    venv, fresh = task.make_vec_env(8, seed=5), task.make_vec_env(8, seed=5)
+    try:
+        first = _trace(venv, 5, 300)
+        restored = _trace(venv, 5, 300)
+        assert venv.builds == 1
+        _trace(venv, 6, 10)  # another seed builds procgen again...
+        back = _trace(venv, 5, 300)  # ...and seed 5 restores into the env built for 6
+        assert venv.builds == 2
+        built = _trace(fresh, 5, 300)
+    finally:
+        venv.close()
+        fresh.close()
+    assert sum(int(done.sum()) for done in first[3::4]) > 8  # levels ended and new ones began
+    for trace in (restored, back, built):
+        assert len(trace) == len(first)
+        assert all(np.array_equal(a, b) for a, b in zip(first, trace, strict=True))
+
+
+@needs_procgen
+def test_the_evaluator_builds_procgen_once_per_run():
+    import torch
+
+    from ssilbench.api import Policy
+    from ssilbench.eval.rollout import Evaluator
+
+    class Uniform(Policy):
+        def probs(self, obs):
+            return torch.full((len(obs), 15), 1 / 15)
+
+    task = ProcgenEnvironment().load("bigfish", ProcgenOptions())
+    task.spec = task.spec.model_copy(update={"eval_episodes": 4})
+    evaluator = Evaluator(task, torch.device("cpu"))
+    try:
+        results = [evaluator(Uniform()) for _ in range(3)]
+        assert evaluator.venv.builds == 1
+    finally:
+        evaluator.close()
+    assert results[0].returns == results[1].returns == results[2].returns

@@ -5,10 +5,18 @@ Procgen resets a finished sub-environment by itself: the observation returned wi
 "same-step" autoreset). Episodes end by dying, by finishing the level, or by procgen's time
 limit (1000 steps, 500 in maze); all three are reported as ``terminated``, as in procgen.
 Observations are uint8 (3, 64, 64), channels first.
+
+An evaluation resets with the same seed every time, so the initial states of each seed are
+saved when it is first built and a later reset with that seed restores them instead of
+building another ``ProcgenGym3Env``: procgen's state holds everything that decides an episode
+(its random generators included), so a restored reset replays exactly the episodes of a
+freshly built environment. (Measured for 64 bigfish environments: a process's first build
+1.5 s, as procgen loads its assets; later builds ~16 ms; a restore ~11 ms.)
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -23,6 +31,10 @@ INSTALL_HINT = (
     "Install it with: pip install 'ssilbench[procgen]' (the 'procgen-mirror' package, which "
     "provides the module 'procgen' on Python 3.11+)."
 )
+
+SEEDS_KEPT = 8
+"""Seeds whose initial states a vector env keeps (about 22 KB per bigfish environment each;
+an evaluation needs one, training with unseeded resets draws a new one per reset)."""
 
 
 def import_procgen() -> Any:
@@ -39,8 +51,9 @@ def procgen_available() -> bool:
 class ProcgenVectorEnv(VectorEnv):
     """``num_envs`` copies of one game; equal seeds give equal episodes.
 
-    ``reset(seed=s)`` rebuilds the procgen environment with random seed ``s``, which fixes
-    the sequence of levels every sub-environment plays and every random event in them.
+    ``reset(seed=s)`` starts procgen from random seed ``s``, which fixes the sequence of
+    levels every sub-environment plays and every random event in them: the first time by
+    building procgen with that seed, later by restoring the states saved then.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -69,6 +82,9 @@ class ProcgenVectorEnv(VectorEnv):
         self._procgen = import_procgen()
         self._seed = seed
         self._env: Any = None
+        self._initial_states: OrderedDict[int, list[bytes]] = OrderedDict()
+        self.builds = 0
+        """How many times procgen was built (once per seed not seen before)."""
 
     def _build(self, seed: int) -> None:
         self.close_extras()
@@ -76,6 +92,20 @@ class ProcgenVectorEnv(VectorEnv):
         self._env = self._procgen.ProcgenGym3Env(
             num=self.num_envs, rand_seed=int(seed) % (2**31 - 1), **self._settings
         )
+        self.builds += 1
+        self._initial_states[seed] = self._env.get_state()
+        while len(self._initial_states) > SEEDS_KEPT:
+            self._initial_states.popitem(last=False)
+
+    def _start(self, seed: int) -> None:
+        """Put every sub-environment at the start of seed ``seed``'s first episode."""
+        states = self._initial_states.get(seed)
+        if self._env is None or states is None:
+            self._build(seed)
+            return
+        # A state restores into an env built with any seed (procgen's own state test).
+        self._env.set_state(states)
+        self._initial_states.move_to_end(seed)
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -84,7 +114,7 @@ class ProcgenVectorEnv(VectorEnv):
             # An unseeded reset continues with fresh levels drawn from the last seed.
             seed = int(np.random.Generator(np.random.PCG64(self._seed)).integers(2**31 - 1))
         self._seed = int(seed)
-        self._build(self._seed)
+        self._start(self._seed)
         _, obs, _ = self._env.observe()
         return _channels_first(obs["rgb"]), {}
 

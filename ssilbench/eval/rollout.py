@@ -1,7 +1,9 @@
 """Vectorised rollouts that run every episode to its end (one episode per sub-environment).
 
 Averaging the first episodes to finish would favour short episodes; here each of the
-``num_envs`` sub-environments plays exactly one episode and all of them count.
+``num_envs`` sub-environments plays exactly one episode and all of them count. Episodes end
+at different times (a few steps apart or hundreds), so the policy is asked to act only for
+the sub-environments still playing: forwards for finished ones would be thrown away.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class Episodes:
     successes: np.ndarray | None
     """Per episode, whether the environment reported ``is_success`` at any step (None when
     it never reports success)."""
+    forwarded: int = 0
+    """Observations the policy was asked to act on (the evaluation's cost in forwards)."""
 
 
 def observation_input(obs, device: torch.device):
@@ -40,6 +44,16 @@ def observation_input(obs, device: torch.device):
     if isinstance(obs, dict):
         return {key: as_model_input(value, device) for key, value in obs.items()}
     return as_model_input(obs, device)
+
+
+def _rows(obs, index: np.ndarray, n: int):
+    """The observations of the sub-environments ``index`` (every array of a dict; a frame
+    stack is the axis after the env axis, so it comes along)."""
+    if len(index) == n:
+        return obs  # all of them: no copy
+    if isinstance(obs, dict):
+        return {key: np.asarray(value)[index] for key, value in obs.items()}
+    return np.asarray(obs)[index]
 
 
 def _action_plan(actions: torch.Tensor, spec: EnvSpec) -> list[np.ndarray]:
@@ -53,10 +67,39 @@ def _action_plan(actions: torch.Tensor, spec: EnvSpec) -> list[np.ndarray]:
     return [actions]
 
 
+class _Executed:
+    """The action each sub-environment executes next. Rows of finished sub-environments
+    keep their last action: whatever its dtype and bounds, that is a valid action of the
+    environment, and what a finished episode does is never scored."""
+
+    def __init__(self) -> None:
+        self.actions: np.ndarray | None = None
+
+    def update(self, index: np.ndarray, actions: np.ndarray, n: int) -> np.ndarray:
+        if self.actions is None:  # the first call: every sub-environment is live
+            self.actions = np.zeros((n, *actions.shape[1:]), dtype=actions.dtype)
+        self.actions[index] = actions
+        return self.actions.copy()  # a vector env may keep what it is given
+
+
 def run_episodes(
-    venv, policy: Policy, spec: EnvSpec, seed: int, device: torch.device, generator: torch.Generator
+    venv,
+    policy: Policy,
+    spec: EnvSpec,
+    seed: int,
+    device: torch.device,
+    generator: torch.Generator,
+    *,
+    forward_finished: bool = False,
 ) -> Episodes:
-    """Play the first episode of each sub-environment to its end."""
+    """Play the first episode of each sub-environment to its end.
+
+    Each policy call sees only the sub-environments whose episode is still running.
+    ``forward_finished=True`` forwards every observation until the last episode ends, as
+    evaluations did before; it exists only to measure the difference
+    (``benchmarks/test_bench_evaluation.py``) and gives other scores when actions are
+    sampled (the generator is drawn for more rows).
+    """
     obs, _ = venv.reset(seed=seed)
     n = venv.num_envs
     best = spec.episode_score == "max_reward"
@@ -65,11 +108,19 @@ def run_episodes(
     succeeded = np.zeros(n, dtype=bool)
     reports_success = False
     greedy = spec.action_selection == "greedy"
-    steps = 0
+    executed = _Executed()
+    forwarded = steps = 0
+    everyone = np.arange(n)
     while steps <= spec.horizon:
-        actions = policy.act(observation_input(obs, device), greedy=greedy, generator=generator)
+        asked = everyone if forward_finished else np.flatnonzero(~finished)
+        actions = policy.act(
+            observation_input(_rows(obs, asked, n), device), greedy=greedy, generator=generator
+        )
+        forwarded += len(asked)
         for step_actions in _action_plan(actions, spec):
-            obs, reward, terminated, truncated, info = venv.step(step_actions)
+            obs, reward, terminated, truncated, info = venv.step(
+                executed.update(asked, step_actions, n)
+            )
             steps += 1
             live = ~finished
             reward = np.asarray(reward, dtype=np.float64)
@@ -82,7 +133,7 @@ def run_episodes(
                 succeeded |= live & np.asarray(info["is_success"], dtype=bool)
             finished |= np.asarray(terminated) | np.asarray(truncated)
             if finished.all():
-                return Episodes(scores, succeeded if reports_success else None)
+                return Episodes(scores, succeeded if reports_success else None, forwarded)
     raise RuntimeError(
         f"{spec.env_id}: episodes did not end within the horizon of {spec.horizon} steps; "
         "the environment must truncate at its horizon"
@@ -97,7 +148,12 @@ def rollout_returns(
 
 
 class Evaluator:
-    """Scores policies on one task with a fixed protocol: same start states for every call."""
+    """Scores policies on one task with a fixed protocol: same start states for every call.
+
+    The vector environment is made once and reset with the protocol's seed at each call, so
+    an environment that can restore its start states (procgen) is not rebuilt per
+    evaluation.
+    """
 
     def __init__(self, task: Task, device: torch.device, rollouts: bool = True) -> None:
         self.task = task

@@ -11,7 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ssilbench.data.split import parse_budget
 
-SPEC_VERSION = 2  # 2: stop_early and rollouts joined the spec
+SPEC_VERSION = 3  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
+# episodes only (sampled scores differ from version 2) and labels are taken in chunks
 
 
 class RunSpec(BaseModel):
