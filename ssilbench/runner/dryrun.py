@@ -10,7 +10,7 @@ workers do not sit waiting for a stage another worker trains.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ssilbench.api import Stage
@@ -54,7 +54,6 @@ class StageWork:
     trainings: int = 0
     cached: int = 0
     seconds_per_step: float | None = None
-    identities: set = field(default_factory=set)
 
     @property
     def to_train(self) -> int:
@@ -93,6 +92,11 @@ class DryRun:
             lines.append(f"Datasets to build first: {', '.join(sorted(missing))}.")
         if self.works:
             lines += ["", "Stages to train:", _table(self.works)]
+            if any(w.shared for w in self.works):
+                lines.append(
+                    "  * shared: trained once for every run that needs it (by the "
+                    "first of them), or taken from the stage cache"
+                )
         lines.append("")
         parts = [
             ("training", self.training_s),
@@ -142,7 +146,7 @@ def _table(works: list[StageWork]) -> str:
         rows.append(
             (
                 w.method,
-                w.stage + (" (shared)" if w.shared else ""),
+                w.stage + ("*" if w.shared else ""),
                 f"{w.steps:,}",
                 str(w.runs),
                 str(w.trainings),
@@ -180,6 +184,7 @@ def dry_run(
     cached = StageCache(cache_root).shared_identities() if cache_root is not None else set()
     measurements: dict[str, tuple[str, Measurement | None]] = {}
     works: dict[tuple[str, str], StageWork] = {}
+    planned: set[str] = set()  # shared stages counted already (by any method)
     evaluation = other = 0.0
     eval_known = other_known = True
     for index in pending:
@@ -200,11 +205,11 @@ def dry_run(
                 StageWork(spec.method, stage.name, stage.steps, stage.share is not None),
             )
             work.runs += 1
-            if identity is None or identity not in work.identities:
-                work.trainings += 1
+            if identity is None or identity not in planned:
+                work.trainings += 1  # shared: counted for the first run that needs it
                 work.cached += identity is not None and identity in cached
                 if identity is not None:
-                    work.identities.add(identity)
+                    planned.add(identity)
             if m is not None and stage.name in m.stages:
                 work.seconds_per_step = m.stages[stage.name].seconds_per_step
         if m is None:
