@@ -18,8 +18,8 @@ from pydantic import BaseModel, ValidationError
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Stage, Task
 from ssilbench.data.split import available_items, resolve_budget
-from ssilbench.data.store import DatasetNotBuilt, TransitionStore, read_only
-from ssilbench.errors import ConfigError, UsageError, did_you_mean, unknown
+from ssilbench.data.store import TransitionStore, read_only
+from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
 from ssilbench.runner.spec import RunSpec, Sweep
@@ -209,8 +209,8 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = 
     """Resolve and check a sweep. Raises an SsilbenchError on the first problem found.
 
     ``datasets="prepare"`` builds or opens every task's dataset; ``"read"`` only opens the
-    ones already there and writes nothing (budgets of a task whose dataset is not built yet
-    are checked when it is)."""
+    ones already there and writes nothing (a task whose dataset is not built, imported or
+    readable yet gets none, and its budgets are checked when a run prepares it)."""
     plan = Plan(runs=[])
     classes = [plugins.methods.load(name) for name in sweep.methods]
     methods = {
@@ -276,7 +276,7 @@ def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore | None:
     with read_only():
         try:
             return task.dataset(root)
-        except DatasetNotBuilt:
+        except DatasetError:  # not built, not imported yet, or damaged: a run would say so
             return None
 
 

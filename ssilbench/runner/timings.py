@@ -36,7 +36,7 @@ from ssilbench.train.budget import StageBudget, StagePlan
 FILE = "timings.json"
 SAMPLE_FRAMES = 1024
 """Frames of the small store a measurement trains on (its D_U)."""
-SAMPLE_LABELED = 64
+SAMPLE_LABELED = 256  # labeled stages train at the paper's batch, min(128, N_L) = 128
 
 
 @dataclass

@@ -1,0 +1,239 @@
+"""The GPU check of the paper's Procgen table: one script, a few minutes on one H100.
+
+On the device it runs on it measures
+
+1. the steady-state step time of every stage of ``bc``, ``idm_labeling``, ``lapo`` and
+   ``lapo_plus`` at the paper's sizes (IMPALA x4, the paper-size world model) and batch 128,
+   in bf16 with channels-last on CUDA: the methods' own ``fit`` on random 64x64x3 frames,
+   each stage stopped after a few steps (``ssilbench.runner.timings.measure``), with the
+   floating-point operations of one step and the peak device memory;
+2. labelling throughput: an IMPALA x4 IDM over (s, s') pairs read from a store, rows/s;
+3. one evaluation: 64 ``procgen:bigfish`` environments with an untrained paper-size policy
+   (when procgen is installed); otherwise one policy call on 64 observations, and the
+   evaluation projected from the policy calls of one measured on a CPU
+   (``benchmarks/test_bench_evaluation.py``: 368 calls, the longest episode);
+4. the projected time of one 120k-step run of each method and of the paper's table:
+   16 games x 3 seeds x 5 label budgets x 4 methods, with stages shared the way ssilbench
+   shares them (``Stage.share``/``per``: one world model per game, one latent policy per
+   game and seed), D_U of 2.6M transitions, an evaluation every 500 policy steps.
+
+Usage::
+
+    python benchmarks/gpu/check.py [--device cuda] [--out report.json]
+    python benchmarks/gpu/check.py --quick --device cpu      # a smoke test with small models
+
+``benchmarks/gpu/README.md`` says how to run it on a lent GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+PAPER = {
+    "games": 16,
+    "seeds": 3,
+    "budgets": 5,
+    "transitions": 2_600_000,
+    "steps": 120_000,
+    "eval_every": 500,
+    "eval_episodes": 64,
+}
+CPU_EVAL_CALLS = 368  # policy calls of one evaluation (benchmarks/test_bench_evaluation.py)
+ENV_STEPS_PER_S = 55_000  # procgen bigfish, 64 envs (REFERENCE.md: 55k-95k)
+METHODS = ("bc", "idm_labeling", "lapo", "lapo_plus")
+
+
+def _task(plugins):
+    from ssilbench.runner.plan import TaskInfo
+
+    env = plugins.environments.create("procgen")
+    options = env.Options()
+    return TaskInfo("procgen:bigfish", options, env.load("bigfish", options), None)
+
+
+def _method(plugins, name: str, quick: bool):
+    from ssilbench.runner.plan import MethodInfo
+
+    cls = plugins.methods.load(name)
+    values = {}
+    if quick:
+        values = {"size": "small"} if name.startswith("lapo") else {"arch": "impala_small"}
+    return MethodInfo(name, cls, cls.Config.model_validate(values))
+
+
+def measure_stages(plugins, device, quick: bool) -> dict:
+    from ssilbench.runner.timings import measure
+
+    out = {}
+    task = _task(plugins)
+    for name in METHODS:
+        method = _method(plugins, name, quick)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        began = time.perf_counter()
+        m = measure(method, task, plugins, device, steps=4 if quick else 12, flops=True)
+        stages = {
+            stage: {"seconds_per_step": t.seconds_per_step, "flops_per_step": t.flops_per_step}
+            for stage, t in m.stages.items()
+        }
+        out[name] = {
+            "stages": stages,
+            "declared": {s.name: s.steps for s in _stages(method, task)},
+            "shares": {s.name: [s.share, list(s.per)] for s in _stages(method, task) if s.share},
+            "policy_call_64_s": m.eval_forward_seconds,
+            "peak_device_gib": (
+                torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+            ),
+            "measured_in_s": time.perf_counter() - began,
+        }
+        print(f"{name}: " + ", ".join(f"{s} {v['seconds_per_step'] * 1e3:.1f} ms/step"
+                                      for s, v in stages.items()), flush=True)  # fmt: skip
+    return out
+
+
+def _stages(method, task):
+    return method.cls().stages(method.config, PAPER["steps"], task.spec, False)
+
+
+def labelling_rows_per_s(plugins, device, quick: bool) -> float:
+    """An IMPALA IDM over (s, s') pairs of a view, as idm_labeling labels D_U."""
+    from ssilbench.data.batches import TransitionFrames
+    from ssilbench.data.split import UnlabeledView
+    from ssilbench.train.supervised import predict, speed_of
+
+    arch = plugins.architectures.create("impala_small" if quick else "impala")
+    speed = speed_of(arch, device)
+    net = speed.module(arch.build((6, 64, 64), 15).to(device)).eval()
+    rows = 1024 if quick else 8192
+    frames = np.random.default_rng(0).integers(0, 256, (rows + 1, 3, 64, 64), dtype=np.uint8)
+    inputs = TransitionFrames(UnlabeledView(frames, np.arange(rows)), device).inputs("pair")
+    predict(net, inputs[slice(0, 256)], speed)  # warm-up
+    _sync(device)
+    began = time.perf_counter()
+    predict(net, inputs, speed)
+    _sync(device)
+    return rows / (time.perf_counter() - began)
+
+
+def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> dict:
+    """One evaluation's wall time: measured with procgen, else projected."""
+    from ssilbench.eval.rollout import Evaluator
+    from ssilbench.plugins import available
+    from ssilbench.train.supervised import ClassifierPolicy
+    from ssilbench_procgen.vec_env import import_procgen
+
+    if not available(import_procgen):
+        seconds = CPU_EVAL_CALLS * (policy_call_s + PAPER["eval_episodes"] / ENV_STEPS_PER_S)
+        return {"seconds": seconds, "measured": False}
+    task = _task(plugins).task
+    arch = plugins.architectures.create("impala_small" if quick else "impala")
+    net = arch.build((3, 64, 64), 15).to(device).eval()
+    evaluator = Evaluator(task, device)
+    try:
+        evaluator(ClassifierPolicy(net))  # warm-up: builds procgen, kernels
+        began = time.perf_counter()
+        result = evaluator(ClassifierPolicy(net))
+        seconds = time.perf_counter() - began
+    finally:
+        evaluator.close()
+    return {"seconds": seconds, "measured": True, "mean_return": result.mean_return}
+
+
+def project(stages: dict, label_rows_per_s: float, eval_s: float) -> dict:
+    """Hours of one run of each method and of the table (see the module docstring)."""
+    games, seeds, budgets = PAPER["games"], PAPER["seeds"], PAPER["budgets"]
+    per_run, table, counted = {}, 0.0, set()
+    for name, info in stages.items():
+        run = table_part = 0.0
+        for stage, steps in info["declared"].items():
+            seconds = steps * info["stages"].get(stage, {}).get("seconds_per_step", math.nan)
+            run += seconds
+            share = info["shares"].get(stage)
+            if share is None:
+                trainings = games * seeds * budgets
+            elif tuple(share[1]) == ("seed",):
+                trainings = games * seeds
+            else:
+                trainings = games
+            if share is not None and share[0] in counted:
+                trainings = 0  # trained by the other method already (LAPO's world model)
+            table_part += trainings * seconds
+            if share is not None:
+                counted.add(share[0])
+        # Labelling D_U: idm_labeling every run; lapo/lapo_plus the world model's latents,
+        # once per game for both (their decoders then read latents, a negligible cost).
+        labelling = PAPER["transitions"] / label_rows_per_s
+        if name == "idm_labeling":
+            run += labelling
+            table_part += labelling * games * seeds * budgets
+        elif name.startswith("lapo"):
+            run += labelling
+            table_part += labelling * games if "latents" not in counted else 0.0
+            counted.add("latents")
+        policy_steps = sum(
+            steps for stage, steps in info["declared"].items() if stage in _POLICY[name]
+        )
+        evaluations = policy_steps / PAPER["eval_every"]
+        run += evaluations * eval_s
+        table_part += evaluations * eval_s * games * seeds * budgets
+        per_run[name] = run / 3600
+        table += table_part
+    return {"one_run_hours": per_run, "table_hours": table / 3600}
+
+
+_POLICY = {"bc": {"policy"}, "idm_labeling": {"policy"}, "lapo": {"decoder"},
+           "lapo_plus": {"policy"}}  # fmt: skip
+
+
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true", help="small models (a smoke test)")
+    args = parser.parse_args(argv)
+    from ssilbench.plugins import load_plugins
+
+    device = torch.device(args.device)
+    plugins = load_plugins()
+    began = time.perf_counter()
+    stages = measure_stages(plugins, device, args.quick)
+    rows_per_s = labelling_rows_per_s(plugins, device, args.quick)
+    print(f"labelling: {rows_per_s:,.0f} (s, s') rows/s", flush=True)
+    call = stages["bc"]["policy_call_64_s"]
+    evaluation = evaluation_seconds(plugins, device, call, args.quick)
+    how = "measured" if evaluation["measured"] else "projected"
+    print(f"one evaluation (64 envs): {evaluation['seconds']:.1f} s ({how})", flush=True)
+    report = {
+        "device": (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
+        "torch": torch.__version__,
+        "quick": args.quick,
+        "stages": stages,
+        "labelling_rows_per_s": rows_per_s,
+        "evaluation": evaluation,
+        "projection": project(stages, rows_per_s, evaluation["seconds"]),
+        "wall_s": time.perf_counter() - began,
+    }
+    for name, hours in report["projection"]["one_run_hours"].items():
+        print(f"one 120k-step {name} run: {hours:.2f} h")
+    print(f"the paper's table (16 games x 3 seeds x 5 budgets x 4 methods): "
+          f"{report['projection']['table_hours']:,.0f} device-hours")  # fmt: skip
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=1, default=float))
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
