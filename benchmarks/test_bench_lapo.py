@@ -8,8 +8,8 @@ Each benchmark times STEPS optimiser steps of one stage on random frames and rep
 
     OMP_NUM_THREADS=1 python -m pytest benchmarks/test_bench_lapo.py -k "small or decoding_head"
 
-On CUDA every stage uses bf16 autocast and channels-last (LAPO's ``fast_cuda``, the
-``impala`` architecture's ``fast_cuda``). Frames stay uint8 until they reach the device, as
+On CUDA every stage uses bf16 autocast and channels-last (LAPO's ``fast_cuda``; the
+baselines' ``impala_bf16``). Frames stay uint8 until they reach the device, as
 in the methods (``ssilbench.data.batches``).
 """
 
@@ -25,7 +25,7 @@ from ssilbench.data.split import UnlabeledView
 from ssilbench.train.budget import StagePlan
 from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_regressor, speed_of
-from ssilbench_baselines.impala import Impala, mlp
+from ssilbench_baselines.impala import Impala, ImpalaBF16, mlp
 from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -132,7 +132,7 @@ def test_lapo_decoding_head(benchmark):
 
 
 def _baseline(size: str) -> Impala:
-    return Impala(scale=_config(size).scale)
+    return ImpalaBF16(scale=_config(size).scale)
 
 
 def _classifier_steps(benchmark, arch: Impala, inputs: FrameInputs) -> None:

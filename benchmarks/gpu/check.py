@@ -49,6 +49,10 @@ PAPER = {
 CPU_EVAL_CALLS = 368  # policy calls of one evaluation (benchmarks/test_bench_evaluation.py)
 ENV_STEPS_PER_S = 55_000  # procgen bigfish, 64 envs (REFERENCE.md: 55k-95k)
 METHODS = ("bc", "idm_labeling", "lapo", "lapo_plus")
+# H100 SXM dense peaks (NVIDIA's data sheet), for --project-h100: training in bf16; the
+# policy at evaluation runs in float32, whose convolutions cuDNN computes in TF32.
+H100_BF16_FLOPS = 989e12
+H100_TF32_FLOPS = 494e12
 
 
 def _task(plugins):
@@ -63,13 +67,14 @@ def _method(plugins, name: str, quick: bool):
     from ssilbench.runner.plan import MethodInfo
 
     cls = plugins.methods.load(name)
-    values = {}
+    # bf16 with channels-last: lapo's fast_cuda (on by default), impala_bf16 for the others
+    values = {} if name.startswith("lapo") else {"arch": "impala_bf16"}
     if quick:
         values = {"size": "small"} if name.startswith("lapo") else {"arch": "impala_small"}
     return MethodInfo(name, cls, cls.Config.model_validate(values))
 
 
-def measure_stages(plugins, device, quick: bool) -> dict:
+def measure_stages(plugins, device, quick: bool, steps: int | None = None) -> dict:
     from ssilbench.runner.timings import measure
 
     out = {}
@@ -79,7 +84,7 @@ def measure_stages(plugins, device, quick: bool) -> dict:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         began = time.perf_counter()
-        m = measure(method, task, plugins, device, steps=4 if quick else 12, flops=True)
+        m = measure(method, task, plugins, device, steps=steps or (4 if quick else 12), flops=True)
         stages = {
             stage: {"seconds_per_step": t.seconds_per_step, "flops_per_step": t.flops_per_step}
             for stage, t in m.stages.items()
@@ -121,6 +126,42 @@ def labelling_rows_per_s(plugins, device, quick: bool) -> float:
     predict(net, inputs, speed)
     _sync(device)
     return rows / (time.perf_counter() - began)
+
+
+def counted_flops(fn) -> float:
+    """Floating-point operations of ``fn()`` (torch.utils.flop_counter)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return float(counter.get_total_flops())
+
+
+def flops_projection(plugins, stages: dict, utilisation: float) -> tuple[dict, float, dict]:
+    """Step times, labelling rows/s and an evaluation's time on an H100 running at
+    ``utilisation`` of its peak, from the floating-point operations counted here."""
+    from ssilbench.data.tensors import as_model_input
+
+    impala = plugins.architectures.create("impala")
+    cpu = torch.device("cpu")
+    frames = np.random.default_rng(0).integers(0, 256, (64, 6, 64, 64), dtype=np.uint8)
+    with torch.no_grad():
+        idm = impala.build((6, 64, 64), 15).eval()
+        per_row = counted_flops(lambda: idm(as_model_input(frames, cpu))) / 64
+        policy = impala.build((3, 64, 64), 15).eval()
+        per_call = counted_flops(lambda: policy(as_model_input(frames[:, :3], cpu)))
+    projected = {}
+    for name, info in stages.items():
+        timed = {
+            stage: {**t, "seconds_per_step": t["flops_per_step"] / (H100_BF16_FLOPS * utilisation)}
+            for stage, t in info["stages"].items()
+        }
+        projected[name] = {**info, "stages": timed}
+    rows_per_s = H100_BF16_FLOPS * utilisation / per_row
+    call = per_call / (H100_TF32_FLOPS * utilisation) + PAPER["eval_episodes"] / ENV_STEPS_PER_S
+    evaluation = {"seconds": CPU_EVAL_CALLS * call, "measured": False,
+                  "policy_call_flops": per_call, "labelling_flops_per_row": per_row}  # fmt: skip
+    return projected, rows_per_s, evaluation
 
 
 def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> dict:
@@ -203,21 +244,34 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--quick", action="store_true", help="small models (a smoke test)")
+    parser.add_argument(
+        "--project-h100",
+        type=float,
+        metavar="UTILISATION",
+        default=None,
+        help="no GPU: count each stage's floating-point operations here and project the times "
+        "of an H100 running at this share of its peak (e.g. 0.3)",
+    )
     args = parser.parse_args(argv)
     from ssilbench.plugins import load_plugins
 
     device = torch.device(args.device)
     plugins = load_plugins()
     began = time.perf_counter()
-    stages = measure_stages(plugins, device, args.quick)
-    rows_per_s = labelling_rows_per_s(plugins, device, args.quick)
+    if args.project_h100 is not None:
+        counted = measure_stages(plugins, device, args.quick, steps=2)
+        stages, rows_per_s, evaluation = flops_projection(plugins, counted, args.project_h100)
+    else:
+        stages = measure_stages(plugins, device, args.quick)
+        rows_per_s = labelling_rows_per_s(plugins, device, args.quick)
+        call = stages["bc"]["policy_call_64_s"]
+        evaluation = evaluation_seconds(plugins, device, call, args.quick)
     print(f"labelling: {rows_per_s:,.0f} (s, s') rows/s", flush=True)
-    call = stages["bc"]["policy_call_64_s"]
-    evaluation = evaluation_seconds(plugins, device, call, args.quick)
     how = "measured" if evaluation["measured"] else "projected"
     print(f"one evaluation (64 envs): {evaluation['seconds']:.1f} s ({how})", flush=True)
     report = {
         "device": (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
+        "projected_h100_utilisation": args.project_h100,
         "torch": torch.__version__,
         "quick": args.quick,
         "stages": stages,

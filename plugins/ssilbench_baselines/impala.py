@@ -108,7 +108,6 @@ class Impala(Architecture):
     # The paper's Procgen stages: 1% of the rate rising to all of it over the first 1,000
     # of 60,000 steps, then linear decay to zero.
     lr_schedule = PROCGEN_SCHEDULE
-    fast_cuda = True  # bf16 + channels-last on a GPU, as LAPO's stages (fast_cuda)
     scale: ClassVar[int] = 4
     features: ClassVar[int] = 256
     decoder: ClassVar[tuple[int, ...]] = (128, 128)
@@ -136,3 +135,11 @@ class Impala(Architecture):
 class ImpalaSmall(Impala):
     description = "IMPALA-CNN at scale 1 (16,32,32), FC 256, action decoder MLP (128,128)"
     scale = 1
+
+
+class ImpalaBF16(Impala):
+    """``impala`` trained with bf16 autocast and channels-last tensors on CUDA (the paper's
+    code trains in float32; float32 on the CPU either way)."""
+
+    description = "IMPALA-CNN x4 as impala, in bf16 with channels-last on CUDA"
+    fast_cuda = True

@@ -32,3 +32,4 @@ def ssilbench_register_architectures(registry):
     registry.add(
         "impala_small", "ssilbench_baselines.impala:ImpalaSmall", "IMPALA-CNN x1 (CPU-sized)."
     )
+    registry.add("impala_bf16", "ssilbench_baselines.impala:ImpalaBF16", "impala in bf16 on CUDA.")

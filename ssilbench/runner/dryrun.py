@@ -89,8 +89,10 @@ class DryRun:
         ]
         missing = [t.env for t in self.plan.tasks.values() if t.dataset is None]
         if missing:
-            lines.append(f"Datasets to build or import first: {', '.join(sorted(missing))} "
-                         "(step times measured on random frames of their shape).")
+            lines.append(
+                f"Datasets to build or import first: {', '.join(sorted(missing))} "
+                "(step times measured on random frames of their shape)."
+            )
         if self.works:
             lines += ["", "Stages to train:", _table(self.works)]
             if any(w.shared for w in self.works):
