@@ -16,6 +16,7 @@ import pytest
 
 from ssilbench.data.split import split
 from ssilbench.data.store import TransitionStore
+from ssilbench_procgen.chunks import write_synthetic_split
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 
 CHUNKS = 4
@@ -33,23 +34,12 @@ def _status_kib(field: str) -> int:
 
 @pytest.fixture(scope="module")
 def store_root(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("lapo") / "bigfish" / "train"
-    source.mkdir(parents=True)
-    rng = np.random.Generator(np.random.PCG64(0))
-    for i in range(CHUNKS):
-        frames = np.arange(i * CHUNK_FRAMES, (i + 1) * CHUNK_FRAMES)
-        np.savez(
-            source / f"{i}.npz",
-            obs=rng.integers(0, 256, size=(CHUNK_FRAMES, 64, 64, 3), dtype=np.uint8),
-            ta=rng.integers(0, 15, size=CHUNK_FRAMES),
-            done=(frames % EPISODE) == EPISODE - 1,
-            rewards=np.zeros(CHUNK_FRAMES, dtype=np.float32),
-            ep_returns=np.zeros(CHUNK_FRAMES, dtype=np.float32),
-            values=np.zeros(CHUNK_FRAMES, dtype=np.float32),
-        )
+    source = tmp_path_factory.mktemp("lapo")
+    write_synthetic_split(source / "bigfish" / "train", CHUNKS * CHUNK_FRAMES,
+                          episode=EPISODE, chunk=CHUNK_FRAMES)  # fmt: skip
     root = tmp_path_factory.mktemp("data")
     ProcgenEnvironment().import_dataset(
-        source.parent.parent, root, ["bigfish"], ProcgenOptions(), log=lambda _: None
+        source, root, ["bigfish"], ProcgenOptions(), log=lambda _: None
     )
     return root
 

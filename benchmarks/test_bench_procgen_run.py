@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from functools import partial
 
-import numpy as np
 import pytest
 import torch
 
@@ -26,6 +25,7 @@ from ssilbench.plugins import load_plugins
 from ssilbench.runner.plan import build_plan
 from ssilbench.runner.spec import Sweep
 from ssilbench.runner.worker import execute
+from ssilbench_procgen.chunks import write_synthetic_split
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.vec_env import procgen_available
 
@@ -38,16 +38,11 @@ SPLIT: dict[str, dict[str, float]] = {}
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
-    source = tmp_path_factory.mktemp("chunks") / "bigfish" / "train"
-    source.mkdir(parents=True)
-    rng = np.random.Generator(np.random.PCG64(0))
-    index = np.arange(FRAMES)
-    np.savez(source / "0.npz", obs=rng.integers(0, 256, (FRAMES, 64, 64, 3), dtype=np.uint8),
-             ta=rng.integers(0, 15, FRAMES), done=(index % EPISODE) == EPISODE - 1,
-             rewards=np.zeros(FRAMES, np.float32))  # fmt: skip
+    source = tmp_path_factory.mktemp("chunks")
+    write_synthetic_split(source / "bigfish" / "train", FRAMES, episode=EPISODE)
     root = tmp_path_factory.mktemp("data")
-    ProcgenEnvironment().import_dataset(source.parent.parent, root, ["bigfish"],
-                                        ProcgenOptions(), log=lambda _: None)  # fmt: skip
+    ProcgenEnvironment().import_dataset(source, root, ["bigfish"], ProcgenOptions(),
+                                        log=lambda _: None)  # fmt: skip
     return root
 
 

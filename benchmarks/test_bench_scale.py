@@ -25,34 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from ssilbench_procgen.chunks import write_synthetic_split
+
 SIZES = (25_000, 200_000)
-CHUNK = 32_768  # frames per train chunk in the paper's data
 EPISODE = 400
 RUNS = {
     "bc": ["--budgets", "all"],
     "idm_labeling": ["--budgets", "1024"],
 }
 MEASURED: dict[tuple[str, int], dict[str, float]] = {}
-
-
-def _write_chunks(folder: Path, frames: int) -> None:
-    folder.mkdir(parents=True)
-    rng = np.random.Generator(np.random.PCG64(frames))
-    for number, start in enumerate(range(0, frames, CHUNK)):
-        n = min(CHUNK, frames - start)
-        index = np.arange(start, start + n)
-        np.savez(
-            folder / f"{number}.npz",
-            obs=rng.integers(0, 256, size=(n, 64, 64, 3), dtype=np.uint8),
-            ta=rng.integers(0, 15, size=n),
-            done=(index % EPISODE) == EPISODE - 1,
-            rewards=np.zeros(n, dtype=np.float32),
-            ep_returns=np.zeros(n, dtype=np.float32),
-            values=np.zeros(n, dtype=np.float32),
-        )
 
 
 def _cli(*args: str) -> tuple[float, float]:
@@ -71,7 +54,7 @@ def _cli(*args: str) -> tuple[float, float]:
 def data_root(request, tmp_path_factory) -> tuple[int, Path]:
     n = request.param + request.param // (EPISODE - 1)  # frames for n transitions
     source = tmp_path_factory.mktemp(f"chunks{request.param}")
-    _write_chunks(source / "bigfish" / "train", n)
+    write_synthetic_split(source / "bigfish" / "train", n, episode=EPISODE, seed=request.param)
     root = tmp_path_factory.mktemp(f"data{request.param}")
     _cli("data", "import", "procgen", "--from", str(source), "--data-root", str(root))
     for chunk in (source / "bigfish" / "train").iterdir():
@@ -83,24 +66,10 @@ def data_root(request, tmp_path_factory) -> tuple[int, Path]:
 def test_peak_memory_of_a_run(benchmark, data_root, method, tmp_path):
     transitions, root = data_root
     args = [
-        "run",
-        "--method",
-        method,
-        "--env",
-        "procgen:bigfish",
+        *f"run --method {method} --env procgen:bigfish --steps 8 -c arch=impala_small".split(),
+        *["--no-rollouts", "--threads", "2", "--quiet"],
         *RUNS[method],
-        "--steps",
-        "8",
-        "-c",
-        "arch=impala_small",
-        "--no-rollouts",
-        "--threads",
-        "2",
-        "--quiet",
-        "--data-root",
-        str(root),
-        "--results",
-        str(tmp_path / "results"),
+        *("--data-root", str(root), "--results", str(tmp_path / "results")),
     ]
     wall, rss = benchmark.pedantic(lambda: _cli(*args), rounds=1, iterations=1)
     store_gb = transitions * 64 * 64 * 3 / 2**30

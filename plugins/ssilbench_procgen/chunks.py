@@ -158,3 +158,25 @@ def read_chunk(chunk: Chunk) -> ChunkData:
 def iter_chunks(chunks: list[Chunk]) -> Iterator[ChunkData]:
     for chunk in chunks:
         yield read_chunk(chunk)
+
+
+def write_synthetic_split(
+    folder: Path, frames: int, *, episode: int = 400, chunk: int = 32_768, seed: int = 0
+) -> None:
+    """Chunks ``0.npz, 1.npz, ...`` in the paper's layout holding ``frames`` random frames,
+    episodes of ``episode`` frames and random actions: a stand-in for the paper's data in
+    benchmarks and tests (written chunk by chunk, so any size fits in memory)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.Generator(np.random.PCG64(seed))
+    for number, start in enumerate(range(0, frames, chunk)):
+        n = min(chunk, frames - start)
+        index = np.arange(start, start + n)
+        np.savez(
+            folder / f"{number}.npz",
+            obs=rng.integers(0, 256, size=(n, *FRAME_SHAPE), dtype=np.uint8),
+            ta=rng.integers(0, NUM_ACTIONS, size=n),
+            done=(index % episode) == episode - 1,
+            rewards=np.zeros(n, dtype=np.float32),
+            ep_returns=np.zeros(n, dtype=np.float32),
+            values=np.zeros(n, dtype=np.float32),
+        )
