@@ -44,6 +44,8 @@ def test_the_table_counts_each_shared_stage_once(check):
         + runs * (10_000 * 0.001 + 60_000 * 0.01)  # lapo_plus's own stages
     )
     assert got["table_hours"] == pytest.approx(want / 3600, rel=1e-3)
+    alone = runs * (1200 + (1000 + 600 + 10) + (1000 + 10 + 600))
+    assert got["table_hours_every_run_alone"] == pytest.approx(alone / 3600, rel=1e-3)
     # one run pays for all of its stages, shared or not
     assert got["one_run_hours"]["lapo"] == pytest.approx((1000 + 600 + 10) / 3600, rel=1e-3)
 
