@@ -381,7 +381,8 @@ def run(
     remote = _executor(executor, workers, results_dir, ray_address, cpus_per_run, gpus_per_run,
                        slurm_partition, slurm_time, slurm_parallelism, slurm_cluster)  # fmt: skip
     if dry_run:
-        _print_dry_run(state, plan, torch_device, results_dir, cache, workers, save_timings)
+        _print_dry_run(state, plan, torch_device, results_dir, cache, workers, save_timings,
+                       retry_failed)  # fmt: skip
         return
     storage = RunStorage(
         cache_root=results_dir / "cache" if cache else None,
@@ -422,13 +423,15 @@ def run(
 
 
 def _print_dry_run(state: State, plan, device, results_dir: Path, cache: bool, workers: int,
-                   save_timings: bool) -> None:  # fmt: skip
+                   save_timings: bool, retry_failed: bool) -> None:  # fmt: skip
     """The stage plan and cost of a sweep (``run --dry-run``, ``plan``)."""
     from ssilbench.runner.dryrun import dry_run
     from ssilbench.runner.store import ensure_writable, read_statuses
     from ssilbench.runner.timings import FILE, Timings
 
-    done = {run_id for run_id, status in read_statuses(results_dir).items() if status == "done"}
+    # What the sweep would skip: done runs, and failed ones unless they are to be retried.
+    skipped = ("done",) if retry_failed else ("done", "failed")
+    done = {run_id for run_id, status in read_statuses(results_dir).items() if status in skipped}
     timings = Timings(results_dir / FILE)
     log = (lambda message: None) if state.quiet else (lambda m: click.echo(m, err=True))
     report = dry_run(plan, state.plugins, device, done, results_dir / "cache" if cache else None,

@@ -297,7 +297,9 @@ def test_unlabeled_view_has_no_action_attribute(store):
         "index",
         "extras",
         "episode_ends",
+        "source",
     ]
+    assert unlabeled.source == store.manifest["files"]["obs.npy"]["sha256"]  # the frames'
     assert not [name for name in dir(unlabeled) if "action" in name.lower()]
     assert not hasattr(unlabeled, "actions")
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -73,13 +73,19 @@ class RowReader:
         self.dtype = array.dtype
         self.row_bytes = int(math.prod(self.row_shape)) * self.dtype.itemsize
         self.path, self.offset = _mapped_file(array)
-        self._fd: int | None = None
+        # Opened now: the read-ahead thread and the caller read through it concurrently
+        # (positioned reads share no file offset).
+        self._fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
 
     def __len__(self) -> int:
         return len(self.array)
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_fd": None}  # a descriptor does not cross processes
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
 
     def __del__(self) -> None:
         if getattr(self, "_fd", None) is not None:
@@ -103,8 +109,6 @@ class RowReader:
         return out[:, 0] if span == 1 else out
 
     def _pread(self, starts: np.ndarray, span: int, out: np.ndarray) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
         # Consecutive starts are read as one block: a pass over a view reads sequentially.
         breaks = np.flatnonzero(np.diff(starts) != 1) + 1
         for run in np.split(np.arange(len(starts)), breaks):
