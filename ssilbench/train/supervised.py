@@ -56,10 +56,6 @@ def unlabeled_tensors(view: UnlabeledView, device: torch.device) -> tuple[torch.
     return TransitionFrames(view, device).pairs()
 
 
-def _soft(targets: RowSource) -> bool:
-    return targets.is_floating_point()
-
-
 def fit_classifier(
     net: nn.Module,
     inputs: RowSource,
@@ -74,7 +70,7 @@ def fit_classifier(
     speed: Speed = FLOAT32,
 ) -> float:
     """Cross-entropy to hard labels (integer targets) or to distributions (float targets)."""
-    soft = _soft(targets)
+    soft = targets.is_floating_point()
 
     def loss(logits: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
         if soft:
