@@ -173,3 +173,21 @@ def test_a_rerun_reads_its_idms_labels_instead_of_labelling_again(tmp_path, monk
     second = _image_run(tmp_path / "data", "idm_labeling", storage)
     assert written == [1]  # the IDM came from the cache, and so did its labels
     assert second.timeline == first.timeline
+
+
+def test_views_held_on_the_device_keep_no_file_open(tmp_path):
+    import os
+    import pickle
+
+    labeled, unlabeled = split(store(tmp_path), "50", 0)
+    before = len(os.listdir("/proc/self/fd"))
+    held = [TransitionFrames(labeled, CPU) for _ in range(50)]  # as in stacked training
+    assert all(f.fingerprint for f in held)
+    assert len(os.listdir("/proc/self/fd")) == before
+    streamed = TransitionFrames(unlabeled, CPU, resident=False)
+    rows = np.array([3, 4, 90])
+    first = streamed.inputs("pair")[rows]
+    copy = pickle.loads(pickle.dumps(streamed.reader))  # a reader crosses processes
+    assert np.array_equal(copy.read(unlabeled.index[rows], 2), streamed.reader.read(
+        unlabeled.index[rows], 2))  # fmt: skip
+    assert torch.equal(first, streamed.inputs("pair")[rows])

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal, Protocol
 
@@ -73,19 +74,27 @@ class RowReader:
         self.dtype = array.dtype
         self.row_bytes = int(math.prod(self.row_shape)) * self.dtype.itemsize
         self.path, self.offset = _mapped_file(array)
-        # Opened now: the read-ahead thread and the caller read through it concurrently
-        # (positioned reads share no file offset).
-        self._fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
+        self._fd: int | None = None
+        # The read-ahead thread and the caller read through one descriptor (positioned
+        # reads share no file offset); the lock only guards opening it.
+        self._opening = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.array)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fd": None}  # a descriptor does not cross processes
+        # neither a descriptor nor a lock crosses processes
+        return {k: v for k, v in self.__dict__.items() if k not in ("_fd", "_opening")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._fd = os.open(self.path, os.O_RDONLY) if self.path is not None else None
+        self.__dict__.update(state, _fd=None, _opening=threading.Lock())
+
+    def close(self) -> None:
+        """Close the file until the next read (a view held on the device needs it no more)."""
+        with self._opening:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
     def __del__(self) -> None:
         if getattr(self, "_fd", None) is not None:
@@ -109,6 +118,10 @@ class RowReader:
         return out[:, 0] if span == 1 else out
 
     def _pread(self, starts: np.ndarray, span: int, out: np.ndarray) -> None:
+        if self._fd is None:
+            with self._opening:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_RDONLY)
         # Consecutive starts are read as one block: a pass over a view reads sequentially.
         breaks = np.flatnonzero(np.diff(starts) != 1) + 1
         for run in np.split(np.arange(len(starts)), breaks):
@@ -184,6 +197,7 @@ class TransitionFrames:
                 self._frames = torch.from_numpy(touched).to(self.device)
             # s' of a transition is the frame after s, and ``used`` holds both: next position.
             self._pos = torch.from_numpy(np.searchsorted(used, self.index)).to(self.device)
+            self.reader.close()  # many small views are alive at once in stacked training
         self._source = getattr(view, "source", "")
         self._fingerprints: dict[tuple[int, ...], str] = {}
         self._pool: ThreadPoolExecutor | None = None
@@ -198,6 +212,8 @@ class TransitionFrames:
         the next states, (0, 1) the transitions (see :func:`_fingerprint`)."""
         if offsets not in self._fingerprints:
             self._fingerprints[offsets] = _fingerprint(self, self._source, offsets)
+            if self.resident:
+                self.reader.close()
         return self._fingerprints[offsets]
 
     @property
@@ -372,6 +388,7 @@ class ArrayRows:
         if self.resident:
             host = self.reader.read(np.arange(len(array), dtype=np.int64))
             self._data = torch.from_numpy(host).to(self.device)
+            self.reader.close()
 
     def __len__(self) -> int:
         return len(self.reader)
