@@ -10,12 +10,13 @@ when it is small, per minibatch when it is not (``ssilbench.data.batches.ArrayRo
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,31 +56,40 @@ def cached_rows(
         return _uncached(trainer, inputs, compute, device)
     key = cache.key(trainer, nn.ModuleList(nets), [inputs], settings, device)
     path = artifact_path(cache, key)
-    with cache.lease(key):
-        if not _readable(path):
-            _write(path, inputs, compute)
-            cache.describe(key, {"stage": f"{trainer} of {len(inputs)} rows", "saved": time.time()})
+    array = _load(path)  # the common case (kept by an earlier run) takes no lease
+    if array is None:
+        with cache.lease(key):
+            array = _load(path)  # another process may have written it while we waited
+            if array is None:
+                _write(path, _blocks(inputs, compute))
+                cache.describe(key, {"stage": f"{trainer} of {len(inputs)} rows",
+                                     "saved": time.time()})  # fmt: skip
+                array = _load(path)
     os.utime(path)  # last use, for `ssilbench cache gc`
-    return ArrayRows(np.load(path, mmap_mode="r", allow_pickle=False), device, key)
+    return ArrayRows(array, device, key)
 
 
-def _readable(path: Path) -> bool:
+def _load(path: Path) -> np.ndarray | None:
+    """The kept rows, memory-mapped; None when there are none (or they are damaged)."""
     try:
-        np.load(path, mmap_mode="r", allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError):
-        return False
-    return True
+        return None
 
 
-@torch.no_grad()
-def _write(path: Path, inputs: RowSource, compute: Callable[[slice], torch.Tensor]) -> None:
-    """Chunk by chunk into a hidden file beside ``path``, then renamed into place."""
+def _blocks(inputs: RowSource, compute: Callable[[slice], torch.Tensor]) -> Iterator[np.ndarray]:
+    with torch.no_grad():
+        for rows in chunks(len(inputs), chunk_rows(row_bytes(inputs))):
+            yield compute(rows).detach().cpu().numpy()
+
+
+def _write(path: Path, blocks: Iterable[np.ndarray]) -> None:
+    """Block by block into a hidden file beside ``path``, then renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     out: AppendedArray | None = None
     try:
-        for rows in chunks(len(inputs), chunk_rows(row_bytes(inputs))):
-            block = compute(rows).detach().cpu().numpy()
+        for block in blocks:
             if out is None:
                 out = AppendedArray(tmp, block.shape[1:], block.dtype)
             out.append(block)
@@ -92,30 +102,24 @@ def _write(path: Path, inputs: RowSource, compute: Callable[[slice], torch.Tenso
         raise
 
 
-@torch.no_grad()
 def _uncached(
     trainer: str, inputs: RowSource, compute: Callable[[slice], torch.Tensor], device
 ) -> ArrayRows:
     """Without a cache: in memory when small, else in a temporary file removed with the
     rows that read it."""
-    parts = chunks(len(inputs), chunk_rows(row_bytes(inputs)))
-    first = compute(parts[0]).detach().cpu().numpy()
-    total = first.nbytes // max(len(first), 1) * len(inputs)
-    if total <= RESIDENT_BYTES:
-        blocks = [first] + [compute(rows).detach().cpu().numpy() for rows in parts[1:]]
-        return ArrayRows(np.concatenate(blocks), device, f"{trainer}:uncached:{uuid.uuid4()}")
+    fingerprint = f"{trainer}:uncached:{uuid.uuid4()}"  # never a cache key: no cache here
+    blocks = _blocks(inputs, compute)
+    first = next(blocks)
+    if first.nbytes // max(len(first), 1) * len(inputs) <= RESIDENT_BYTES:
+        return ArrayRows(np.concatenate([first, *blocks]), device, fingerprint)
     fd, name = tempfile.mkstemp(prefix="ssilbench-", suffix=SUFFIX)
     os.close(fd)
     path = Path(name)
     try:
-        _write(path, inputs, compute)
+        _write(path, itertools.chain([first], blocks))
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-    rows = ArrayRows(
-        np.load(path, mmap_mode="r", allow_pickle=False),
-        device,
-        f"{trainer}:uncached:{uuid.uuid4()}",
-    )
+    rows = ArrayRows(np.load(path, mmap_mode="r", allow_pickle=False), device, fingerprint)
     weakref.finalize(rows, path.unlink, missing_ok=True)
     return rows

@@ -26,6 +26,7 @@ from ssilbench.data.batches import (
 )
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.data.tensors import pair, pair_shape
+from ssilbench.train.artifacts import cached_rows
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
 from ssilbench.train.memo import StageCache, reusable, stage_key
@@ -208,8 +209,7 @@ def label_rows(
     and the inputs, so every run that uses the same network on the same data (the IDM of a
     run and of its retry, the soft- and hard-label variants of one IDM, LAPO's world model
     for every lapo and lapo_plus run of a game) reads them instead of computing them again.
-    Hard labels are ``argmax_rows`` of the probabilities."""
-    from ssilbench.train.artifacts import cached_rows
+    Hard labels are ``ArgmaxRows`` of the probabilities."""
 
     def compute(rows: slice) -> torch.Tensor:
         out = speed.forward(net, inputs[rows])
