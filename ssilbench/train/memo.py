@@ -65,7 +65,7 @@ SUFFIX = ".stage.pt"
 ROWS_SUFFIX = ".rows.npy"  # arrays computed from a stage: labels, latents (train.artifacts)
 META_SUFFIX = ".meta.json"  # what an entry is, readable without loading it
 LEASE_SUFFIX = ".lease"
-ASIDE_SUFFIX = ".aside"  # a lease file being removed (see _set_aside)
+GUARD_SUFFIX = ".guard"  # held while a lease file is checked and removed (see _remove_if)
 
 # Lease timing, in seconds (module-level so that tests can shorten them). The heartbeat is
 # far shorter than the staleness timeout so that a few missed beats (a busy file server)
@@ -73,6 +73,7 @@ ASIDE_SUFFIX = ".aside"  # a lease file being removed (see _set_aside)
 LEASE_HEARTBEAT_S = 10.0
 LEASE_STALE_S = 120.0
 LEASE_POLL_S = 0.5
+GUARD_STALE_S = 10.0  # a guard is held for microseconds; an old one is a dead process's
 
 Log = Callable[[str], None]
 
@@ -182,7 +183,7 @@ class Lease:
         self._beats.join()
         _unhold(self.path, self.token)
         if not self.lost:
-            _set_aside(self.path, self.key, lambda info: info.token == self.token)
+            _remove_if(self.path, self.key, lambda info: info.token == self.token)
 
 
 def _stderr(message: str) -> None:
@@ -237,15 +238,22 @@ def _read_lease(path: Path, key: str) -> LeaseInfo | None:
 
 
 def _create(key: str, path: Path, log: Log) -> Lease | None:
-    """The lease on ``key`` if no one holds it, else None.
-
-    The holder's record is written to a private file first and hard-linked into place: the
-    link is atomic and refused when the lease exists (on NFS too, where it is the classic
-    lock), and a waiter never finds a lease that does not yet say who holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The lease on ``key`` if no one holds it, else None."""
     token = uuid.uuid4().hex
     record = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
                          "started": time.time(), "pidns": _pidns(), "token": token})  # fmt: skip
+    if not _place(path, key, record, token):
+        return None
+    return Lease(key, path, token, log)
+
+
+def _place(path: Path, key: str, record: str, token: str) -> bool:
+    """Create ``path`` holding ``record`` if it does not exist; returns whether it did.
+
+    The record is written to a private file first and hard-linked into place: the link is
+    atomic and refused when the file exists (on NFS too, where it is the classic lock), and
+    a reader never finds a file that does not yet say who made it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{token}.tmp")
     draft.write_text(record)
     try:
@@ -253,14 +261,12 @@ def _create(key: str, path: Path, log: Log) -> Lease | None:
     except FileExistsError:
         # NFS answers a retried link whose first try succeeded with EEXIST: the token tells.
         info = _read_lease(path, key)
-        if info is None or info.token != token:
-            return None
+        return info is not None and info.token == token
     except OSError:  # a file system without hard links
-        if not _create_exclusive(path, record):
-            return None
+        return _create_exclusive(path, record)
     finally:
         draft.unlink(missing_ok=True)
-    return Lease(key, path, token, log)
+    return True
 
 
 def _create_exclusive(path: Path, record: str) -> bool:
@@ -278,34 +284,38 @@ def _create_exclusive(path: Path, record: str) -> bool:
     return True
 
 
-def _set_aside(path: Path, key: str, ours: Callable[[LeaseInfo], bool]) -> bool:
+def _remove_if(path: Path, key: str, ours: Callable[[LeaseInfo], bool]) -> bool:
     """Remove the lease file at ``path`` if ``ours`` accepts it; returns whether it did.
 
-    Checking and then unlinking would race: between the two, another process may break the
-    same stale lease and create its own, which the unlink would then delete. So the file is
-    first renamed to a name no one else uses (atomic, and only one renamer wins), checked
-    there, and put back if it turns out to be a lease created since it was judged."""
-    aside = path.with_name(f"{path.name}.{uuid.uuid4().hex}{ASIDE_SUFFIX}")
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return False
-    info = _read_lease(aside, key)
-    if info is None:  # `cache gc` removed it meanwhile
-        return False
-    if ours(info):
-        aside.unlink(missing_ok=True)
-        return True
-    try:
-        os.link(aside, path)  # unlike a rename, never replaces a lease created meanwhile
-    except FileExistsError:
-        pass  # a newer lease won; the one set aside is lost, and its holder will notice
-    except OSError:  # a file system without hard links: a rename, almost as safe
-        if not path.exists():
-            os.replace(aside, path)
+    Checking and then unlinking would race with another process doing the same: between
+    the two, it may remove the stale lease and create its own, which the unlink would then
+    delete. Moving the file aside to check it would leave the key free for a moment, and a
+    third process could take it beside the one moved aside. So every removal of a lease
+    file happens under a short-lived guard file (see :func:`_guard`); creating a lease
+    needs no guard, since it only succeeds where there is no file."""
+    with _guard(path.with_name(path.name + GUARD_SUFFIX), key):
+        info = _read_lease(path, key)
+        if info is None or not ours(info):
             return False
-    aside.unlink(missing_ok=True)
-    return False
+        path.unlink(missing_ok=True)
+        return True
+
+
+@contextmanager
+def _guard(guard: Path, key: str) -> Iterator[None]:
+    """Hold ``guard`` (a file beside a lease) for the few microseconds of a check and an
+    unlink. A guard older than ``GUARD_STALE_S`` was left by a process killed inside that
+    window and is removed."""
+    token = uuid.uuid4().hex
+    while not _place(guard, key, json.dumps({"token": token, "pid": os.getpid()}), token):
+        if _older_than(guard, GUARD_STALE_S):
+            guard.unlink(missing_ok=True)
+        else:
+            time.sleep(random.uniform(0.001, 0.01))
+    try:
+        yield
+    finally:
+        guard.unlink(missing_ok=True)
 
 
 # Leases this process holds, by lease file: the process (a forked child inherits this
@@ -517,7 +527,7 @@ class StageCache:
             why = holder.why_stale()
             if why is not None:
                 log(f"stage {key[:12]}: breaking the stale lease of {holder.holder} ({why})")
-                _set_aside(path, key, lambda info, seen=holder.snapshot: info.snapshot == seen)
+                _remove_if(path, key, lambda info, seen=holder.snapshot: info.snapshot == seen)
                 continue
             if not wait:
                 return None
@@ -552,13 +562,13 @@ class StageCache:
     def remove_stale_leases(self) -> list[LeaseInfo]:
         """Delete the leases whose holders are gone (see :meth:`acquire`); returns them."""
         removed = [
-            info for info in self.leases() if info.stale() and _set_aside(
+            info for info in self.leases() if info.stale() and _remove_if(
                 info.path, info.key, lambda o, seen=info.snapshot: o.snapshot == seen)
         ]  # fmt: skip
         # Left by a process killed while removing a lease; a recent one may be in use.
-        for aside in self.root.glob(f"*/*{LEASE_SUFFIX}.*{ASIDE_SUFFIX}"):
-            if _older_than(aside, LEASE_STALE_S):
-                aside.unlink(missing_ok=True)
+        for guard in self.root.glob(f"*/*{LEASE_SUFFIX}{GUARD_SUFFIX}"):
+            if _older_than(guard, GUARD_STALE_S):
+                guard.unlink(missing_ok=True)
         return removed
 
 
