@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import split
-from ssilbench.data.store import TransitionStore
 from ssilbench_procgen.chunks import write_synthetic_split
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     import gymnasium
     import torch
 
+    from ssilbench.data.datasets import TransitionStore
     from ssilbench.data.split import LabeledView, UnlabeledView
-    from ssilbench.data.store import TransitionStore
     from ssilbench.train.budget import StagePlan
 
 __all__ = [

@@ -303,8 +303,8 @@ def run(
 
     from ssilbench.data.split import parse_budgets
     from ssilbench.runner.plan import build_plan, parse_assignments
+    from ssilbench.runner.results_db import ResultsStore, ensure_writable
     from ssilbench.runner.spec import Sweep
-    from ssilbench.runner.store import ResultsStore, ensure_writable
 
     state.quiet = state.quiet or quiet
     data_root = Path(data_root).expanduser()
@@ -426,7 +426,7 @@ def _print_dry_run(state: State, plan, device, results_dir: Path, cache: bool, w
                    save_timings: bool, retry_failed: bool) -> None:  # fmt: skip
     """The stage plan and cost of a sweep (``run --dry-run``, ``plan``)."""
     from ssilbench.runner.dryrun import dry_run
-    from ssilbench.runner.store import ensure_writable, read_statuses
+    from ssilbench.runner.results_db import ensure_writable, read_statuses
     from ssilbench.runner.timings import FILE, Timings
 
     # What the sweep would skip: done runs, and failed ones unless they are to be retried.
@@ -584,7 +584,7 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare) -
     """Aggregate finished runs into tables: rows = methods, columns = N_L."""
     from ssilbench.leaderboard.render import render
     from ssilbench.leaderboard.table import build_table
-    from ssilbench.runner.store import ResultsStore
+    from ssilbench.runner.results_db import ResultsStore
 
     with ResultsStore(Path(results), create=False) as store:
         records = store.rows("done")
@@ -633,7 +633,7 @@ def _study(
 ):
     """A sweep file, its finished runs and their panels."""
     from ssilbench.leaderboard.figures import collect
-    from ssilbench.runner.store import ResultsStore
+    from ssilbench.runner.results_db import ResultsStore
     from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
 
     sweep_file = load_sweep_file(Path(path))
@@ -789,7 +789,7 @@ def analyze(state: State, envs, results, out, method, baseline, by, entropy_budg
     from ssilbench.leaderboard import analysis_report as ar
     from ssilbench.leaderboard.analysis_figures import complexity_figure, stochasticity_figure
     from ssilbench.runner.plan import _expand_envs
-    from ssilbench.runner.store import ResultsStore
+    from ssilbench.runner.results_db import ResultsStore
 
     ids = _csv(envs, "environment", "--env procgen:all")
     wanted = [f"{family}:{task}" for family, task in _expand_envs(state.plugins, ids)]
@@ -1153,7 +1153,7 @@ def results() -> None:
 def results_export(results: str, out: str, everything: bool) -> None:
     """Write the finished runs (every column) to OUT, one JSON object per line."""
     from ssilbench.runner.exchange import export_results
-    from ssilbench.runner.store import STATUSES, ResultsStore
+    from ssilbench.runner.results_db import STATUSES, ResultsStore
 
     with ResultsStore(Path(results), create=False) as store:
         count = export_results(store, Path(out), STATUSES if everything else ("done",))
@@ -1167,7 +1167,7 @@ def results_merge(files: tuple[str, ...], results: str) -> None:
     """Merge exported FILES into the store: new runs are added, a run already there is kept
     once, and finished copies that disagree are reported (the store's copy stays)."""
     from ssilbench.runner.exchange import merge_results, read_export
-    from ssilbench.runner.store import ResultsStore, ensure_writable
+    from ssilbench.runner.results_db import ResultsStore, ensure_writable
 
     batches = [(f, read_export(Path(f))) for f in files]  # every file checked before writing
     with ResultsStore(ensure_writable(Path(results))) as store:
@@ -1197,7 +1197,7 @@ def status(state: State, results: str, sweep_file, quick, data_root) -> None:
     import socket
     import time
 
-    from ssilbench.runner.store import STATUSES, ResultsStore, process_alive
+    from ssilbench.runner.results_db import STATUSES, ResultsStore, process_alive
 
     planned: set[str] | None = None
     if sweep_file is not None:

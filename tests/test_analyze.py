@@ -25,8 +25,8 @@ from ssilbench.leaderboard.analysis import (
 from ssilbench.leaderboard.analysis_report import games_csv, to_markdown
 from ssilbench.leaderboard.stats import t975
 from ssilbench.plugins import load_plugins
+from ssilbench.runner.results_db import ResultsStore, RunOutcome
 from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.store import ResultsStore, RunOutcome
 
 IDM, BC = "idm_labeling", "bc"
 

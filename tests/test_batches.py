@@ -15,8 +15,8 @@ from ssilbench.data.batches import (
     RowReader,
     TransitionFrames,
 )
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import split
-from ssilbench.data.store import TransitionStore
 from ssilbench.data.tensors import as_model_input, pair
 from ssilbench.plugins import load_plugins
 from ssilbench.runner.plan import build_plan

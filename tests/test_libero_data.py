@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.store import partial_path
+from ssilbench.data.datasets import partial_path
 from ssilbench.errors import DatasetError, UsageError
 from ssilbench.testing import check_dataset
 from ssilbench_libero.environment import Libero10Environment, Libero10Options, dataset_dir

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.store import TransitionStore, partial_path
+from ssilbench.data.datasets import TransitionStore, partial_path
 from ssilbench.errors import DatasetError, UsageError
 from ssilbench.testing import check_dataset
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir

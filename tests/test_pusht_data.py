@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.store import TransitionStore, partial_path
+from ssilbench.data.datasets import TransitionStore, partial_path
 from ssilbench.errors import DatasetError
 from ssilbench.testing import check_task
 from ssilbench_pusht.environment import PushTEnvironment, PushTOptions, dataset_dir

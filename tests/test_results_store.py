@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from ssilbench.errors import ResultsStoreError
+from ssilbench.runner.results_db import DB_NAME, ResultsStore, RunOutcome, ensure_writable
 from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.store import DB_NAME, ResultsStore, RunOutcome, ensure_writable
 
 DEAD_PID = 2**31 - 1  # above any kernel's pid_max: no such process
 VERSIONS = {"baselines": "0.1.0", "maze": "0.1.0"}

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import (
     LabeledView,
     UnlabeledView,
@@ -21,7 +22,6 @@ from ssilbench.data.split import (
     resolve_budget,
     split,
 )
-from ssilbench.data.store import TransitionStore
 from ssilbench.errors import UsageError
 
 # 12 episodes, 90 frames, 78 transitions

@@ -378,7 +378,7 @@ def test_waiters_breaking_one_stale_lease_get_one_lease(tmp_path, fast_leases):
         foreign_lease(cache, heartbeat_age=5.0)
         barrier, got = threading.Barrier(6), []
 
-        def waiter() -> None:
+        def waiter(barrier: threading.Barrier = barrier, got: list = got) -> None:
             barrier.wait()
             got.append(cache.acquire(KEY, wait=False, log=lambda m: None))
 

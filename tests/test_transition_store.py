@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import ssilbench.data.store as store_module
-from ssilbench.data.store import ARRAYS, FORMAT, FORMAT_VERSION, TransitionStore, sha256_file
+import ssilbench.data.datasets as store_module
+from ssilbench.data.datasets import ARRAYS, FORMAT, FORMAT_VERSION, TransitionStore, sha256_file
 from ssilbench.errors import DatasetError
 
 ENDS = np.array([4, 9, 12], dtype=np.int64)  # episodes of 4, 5 and 3 frames
@@ -291,7 +291,7 @@ def test_failed_rewrite_keeps_the_old_store(tmp_path, monkeypatch):
 
 
 def test_verified_files_are_not_hashed_again_until_they_change(tmp_path, monkeypatch):
-    import ssilbench.data.store as store_module
+    import ssilbench.data.datasets as store_module
 
     root = tmp_path / "store"
     write(root)

@@ -29,7 +29,7 @@ from ssilbench_libero.tasks import (
 )
 
 if TYPE_CHECKING:
-    from ssilbench.data.store import TransitionStore
+    from ssilbench.data.datasets import TransitionStore
     from ssilbench_libero.vec_env import Libero10VectorEnv
 
 # Training length of the UVA paper's runs (step parity between methods); a LIBERO
@@ -136,7 +136,7 @@ class Libero10Task(Task):
         return dataset_dir(root, self.options.dataset, self.task.id)
 
     def dataset(self, root: Path) -> TransitionStore:
-        from ssilbench.data.store import TransitionStore
+        from ssilbench.data.datasets import TransitionStore
 
         path = self.data_dir(root)
         if not path.exists():

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.data.store import TransitionStore, TransitionStoreWriter
+from ssilbench.data.datasets import TransitionStore, TransitionStoreWriter
 from ssilbench.errors import DatasetError, PluginError
 from ssilbench_libero.tasks import (
     ACTION_DIM,

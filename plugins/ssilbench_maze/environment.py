@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import Environment, EnvSpec, Normaliser, Task, TestSet, VideoModel
-from ssilbench.data.store import TransitionStore
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.tensors import as_model_input
 from ssilbench.errors import ConfigError, unknown
 from ssilbench_maze.expert import (

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import Environment, Task
-from ssilbench.data.store import TransitionStore
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import unknown
 from ssilbench_maze.environment import cell_world_spec, short_hash
 from ssilbench_maze.expert import ACTION_NAMES, solve

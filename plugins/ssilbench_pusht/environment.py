@@ -13,7 +13,7 @@ from ssilbench.api import ChunkedControlOptions, Environment, EnvSpec, Normalise
 from ssilbench.errors import DatasetError, unknown
 
 if TYPE_CHECKING:
-    from ssilbench.data.store import TransitionStore
+    from ssilbench.data.datasets import TransitionStore
     from ssilbench_pusht.vec_env import PushTVectorEnv
 
 TASKS = ("pusht",)
@@ -100,7 +100,7 @@ class PushTTask(Task):
         return dataset_dir(root, self.options.dataset)
 
     def dataset(self, root: Path) -> TransitionStore:
-        from ssilbench.data.store import TransitionStore
+        from ssilbench.data.datasets import TransitionStore
 
         path = self.data_dir(root)
         if not path.exists():

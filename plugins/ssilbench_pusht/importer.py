@@ -238,7 +238,7 @@ def import_replay(
     log: Callable[[str], None] = print,
 ) -> Any:
     """Copy a checked replay into a store at ``target`` (written atomically)."""
-    from ssilbench.data.store import TransitionStoreWriter
+    from ssilbench.data.datasets import TransitionStoreWriter
 
     path, ends = replay.path, replay.episode_ends
     # States and actions are small (28 bytes a frame): read and check them whole first.

@@ -63,7 +63,7 @@ def chunks(n: int, size: int) -> list[slice]:
 class RowReader:
     """Rows of an array by index, ``span`` consecutive rows at each start.
 
-    A memory-mapped ``.npy`` file (as :class:`ssilbench.data.store.TransitionStore` opens
+    A memory-mapped ``.npy`` file (as :class:`ssilbench.data.datasets.TransitionStore` opens
     them) is read with positioned reads rather than through the mapping, so the pages read
     count in the page cache and not in this process's resident memory; any other array is
     indexed directly."""

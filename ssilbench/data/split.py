@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ssilbench.data.store import TransitionStore
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import UsageError
 
 _FRACTION = re.compile(r"^(0?\.\d+|1(\.0*)?)$")

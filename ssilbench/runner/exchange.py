@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 import ssilbench
 from ssilbench.errors import UsageError
+from ssilbench.runner.results_db import STATUSES, ResultsStore
 from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.store import STATUSES, ResultsStore
 
 FORMAT = "ssilbench-results"
 VERSION = 1

@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Stage, Task
+from ssilbench.data.datasets import TransitionStore, read_only
 from ssilbench.data.split import available_items, resolve_budget
-from ssilbench.data.store import TransitionStore, read_only
 from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id

@@ -21,8 +21,8 @@ import torch
 from ssilbench.plugins import Plugins
 from ssilbench.runner.dryrun import leaders_first
 from ssilbench.runner.plan import Plan, label
+from ssilbench.runner.results_db import ResultsStore, RunOutcome
 from ssilbench.runner.spec import RunSpec, Sweep
-from ssilbench.runner.store import ResultsStore, RunOutcome
 from ssilbench.runner.worker import (
     RunStorage,
     describe_device,

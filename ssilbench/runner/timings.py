@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from ssilbench.api import EnvSpec, RunContext
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import split
-from ssilbench.data.store import TransitionStore
 from ssilbench.data.tensors import as_model_input
 from ssilbench.runner.plan import MethodInfo, TaskInfo
 from ssilbench.train.budget import StageBudget, StagePlan

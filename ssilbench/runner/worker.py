@@ -21,8 +21,8 @@ from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import MethodInfo, Plan, TaskInfo
+from ssilbench.runner.results_db import RunOutcome
 from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.store import RunOutcome
 from ssilbench.train.budget import StagePlan, check_stages
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import StoppingRule, seed_everything

@@ -25,7 +25,7 @@ from gymnasium.vector.utils import batch_space
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import Environment, EnvSpec, Normaliser, Policy, Task, VideoModel
-from ssilbench.data.store import TransitionStore
+from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import unknown
 
 TASK_LENGTHS = {"short": 8, "long": 32}
