@@ -3,14 +3,22 @@
 This module is small on purpose and imports neither torch nor any simulator, so that
 discovering plugins stays fast. A method sees the world only through :class:`RunContext`;
 an environment never knows which method runs.
+
+Every type that appears in the contract is exported here. The core types that carry data
+(:class:`StagePlan`, :class:`StageBudget`, :class:`StoppingRule`, the views
+:class:`LabeledView` / :class:`UnlabeledView` and :class:`TransitionStore`) are imported on
+first use, so ``import ssilbench.api`` stays light; the tools that work with them are in
+:mod:`ssilbench.kit`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -26,6 +34,7 @@ from ssilbench.errors import (
     UsageError,
     unknown,
 )
+from ssilbench.registry import BoundRegistry
 
 if TYPE_CHECKING:
     import gymnasium
@@ -33,17 +42,21 @@ if TYPE_CHECKING:
 
     from ssilbench.data.datasets import TransitionStore
     from ssilbench.data.split import LabeledView, UnlabeledView
-    from ssilbench.train.budget import StagePlan
+    from ssilbench.train.budget import StageBudget, StagePlan
+    from ssilbench.train.loop import StoppingRule
+    from ssilbench.train.schedule import WarmupLinear
 
 __all__ = [
     "ARCHITECTURE",
     "Architecture",
     "ArchitectureName",
+    "BoundRegistry",
     "ChunkedControlOptions",
     "ConfigError",
     "DatasetError",
     "EnvSpec",
     "Environment",
+    "LabeledView",
     "Method",
     "NoOptions",
     "Normaliser",
@@ -52,15 +65,41 @@ __all__ = [
     "RunContext",
     "SsilbenchError",
     "Stage",
+    "StageBudget",
+    "StagePlan",
+    "StoppingRule",
     "Task",
     "TestSet",
+    "TransitionStore",
     "UnknownNameError",
+    "UnlabeledView",
     "UsageError",
     "VideoModel",
     "hookimpl",
     "provides",
+    "stream_seed",
     "unknown",
 ]
+
+# Contract types defined in the core modules that use them, imported on first access (see
+# the module docstring): name -> defining module.
+_LAZY_TYPES = {
+    "StagePlan": "ssilbench.train.budget",
+    "StageBudget": "ssilbench.train.budget",
+    "StoppingRule": "ssilbench.train.loop",
+    "LabeledView": "ssilbench.data.split",
+    "UnlabeledView": "ssilbench.data.split",
+    "TransitionStore": "ssilbench.data.datasets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Module-level attribute hook: ``from ssilbench.api import StagePlan`` imports the
+    # defining module only then (ssilbench.train.budget itself imports this module).
+    if name in _LAZY_TYPES:
+        return getattr(importlib.import_module(_LAZY_TYPES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 hookimpl = pluggy.HookimplMarker("ssilbench")
 """Marks a plugin function as the implementation of a hook in :mod:`ssilbench.hookspecs`."""
@@ -308,7 +347,7 @@ class Environment(ABC):
 
 
 class Policy(ABC):
-    """A trained policy. Observations are model-input tensors (see ``data.tensors``).
+    """A trained policy. Observations are model-input tensors (``ssilbench.kit.as_model_input``).
 
     Discrete-action policies implement :meth:`probs` and inherit :meth:`act`. A
     continuous-action policy overrides :meth:`act` to return actions of shape (batch, A), or
@@ -349,14 +388,15 @@ class Architecture(ABC):
     input_kinds: ClassVar[tuple[str, ...]] = ("vector", "image")
     action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)
     lr: ClassVar[float] = 1e-3
-    lr_schedule: ClassVar[Any] = None
-    """A ``ssilbench.train.schedule.WarmupLinear`` the methods train with (None: constant)."""
+    lr_schedule: ClassVar[WarmupLinear | None] = None
+    """The learning-rate schedule the methods train with (``ssilbench.kit.WarmupLinear``;
+    None: constant)."""
     fast_cuda: ClassVar[bool] = False
-    """Train with bf16 autocast and channels-last tensors on CUDA (``ssilbench.train.speed``);
+    """Train with bf16 autocast and channels-last tensors on CUDA (``ssilbench.kit.Speed``);
     float32 on the CPU whatever this says."""
     unified: ClassVar[bool] = False
-    """True for a multi-role network (``ssilbench.train.roles``): one model that the
-    methods train as a policy, an IDM or a video model instead of building a classifier."""
+    """True for a multi-role network (``ssilbench.kit.UnifiedArchitecture``): one model that
+    the methods train as a policy, an IDM or a video model instead of building a classifier."""
 
     @abstractmethod
     def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:
@@ -417,6 +457,18 @@ class Method(ABC):
         return [self.fit(ctx) for ctx in ctxs]
 
 
+def stream_seed(seed: int, name: str) -> int:
+    """The seed of the random stream ``name`` of a run seeded ``seed``.
+
+    The first eight bytes of ``sha256(f"{seed}:{name}")``, read big-endian, shifted right by
+    one bit: an integer in [0, 2**63) that is the same in every process, on every machine and
+    Python version (unlike ``hash()``), and unrelated between names, so adding a stream never
+    moves another.
+    """
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
 @dataclass
 class RunContext:
     """Everything a method may use, and nothing else.
@@ -424,7 +476,8 @@ class RunContext:
     ``unlabeled`` has no actions at all, so no method can leak labels from D_U.
     """
 
-    config: Any
+    config: BaseModel
+    """The validated instance of the method's ``Config``."""
     spec: EnvSpec
     labeled: LabeledView
     unlabeled: UnlabeledView
@@ -434,10 +487,9 @@ class RunContext:
     plan: StagePlan
     architectures: Callable[[str], Architecture]
     evaluate: Callable[[Policy], float]
-    stopping: Any = None
-    """A ``StoppingRule`` when the run may stop a stage once training has converged."""
+    stopping: StoppingRule | None = None
+    """The rule that may end a stage once training has converged (``--stop-early``), or None."""
     log: Callable[[str], None] = print
-    extras: dict[str, Any] = field(default_factory=dict)
 
     def architecture(self, name: str | None) -> Architecture:
         """The named architecture, or the environment's default when ``name`` is None."""
@@ -454,12 +506,20 @@ class RunContext:
             torch.manual_seed(self.seed)
             yield
 
-    def generator(self, salt: int = 0) -> torch.Generator:
-        """A torch generator seeded from the run seed (and a salt per use)."""
+    def stream_seed(self, name: str) -> int:
+        """The seed of the run's random stream ``name`` (:func:`stream_seed`), for helpers
+        that take an integer ``seed=`` (minibatch order, sampling)."""
+        return stream_seed(self.seed, name)
+
+    def generator(self, name: str) -> torch.Generator:
+        """A CPU torch generator for the run's random stream ``name``, seeded with
+        :meth:`stream_seed`. Name a stream after what it drives (``"policy"``, ``"idm"``):
+        two methods that train the same stage on the same data should use the same name,
+        so that the stage cache recognises the computation as one."""
         import torch
 
         g = torch.Generator(device="cpu")
-        g.manual_seed(self.seed * 1_000_003 + salt)
+        g.manual_seed(self.stream_seed(name))
         return g
 
 

@@ -27,9 +27,7 @@ from pydantic import BaseModel
 from ssilbench.api import Architecture, ConfigError, EnvSpec, Policy, RunContext
 
 if TYPE_CHECKING:
-    from ssilbench.data.split import LabeledView, UnlabeledView
-    from ssilbench.train.budget import StageBudget
-    from ssilbench.train.loop import StoppingRule
+    from ssilbench.api import LabeledView, StageBudget, StoppingRule, UnlabeledView
 
 SamplingPath = Literal["policy", "vm_idm"]
 
@@ -50,6 +48,8 @@ class RoleModel(ABC):
     ) -> float:
         """Train for the stage's steps, one role drawn per minibatch; returns the last loss.
 
+        ``seed`` seeds the stage's random streams (minibatches, roles, noise): a method
+        passes ``ctx.stream_seed(name)`` of the stream it names after the stage's role.
         Roles that predict actions take their targets from a labeled view, or from
         ``labels`` (what :meth:`label` returned) for an unlabeled view. ``rule`` may end
         the stage early (``--stop-early``), as for every other method."""
