@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.batches import TransitionFrames
-from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.roles import unified
-from ssilbench.train.supervised import (
+from ssilbench.kit import (
     ClassifierPolicy,
+    TransitionFrames,
     build_net,
     fit_classifier,
+    fit_classifiers,
     labeled_actions,
     speed_of,
+    unified,
 )
 
 
@@ -60,7 +60,7 @@ class BC(Method):
             model = unified(ctx, cfg.arch, cfg.arch_options)
             policy = model.policy("policy")
             model.train(["policy"], ctx.labeled, ctx.plan.stage("policy", policy=policy),
-                        seed=ctx.seed, rule=ctx.stopping)  # fmt: skip
+                        seed=ctx.stream_seed("policy"), rule=ctx.stopping)  # fmt: skip
             return policy
         s = TransitionFrames(ctx.labeled, ctx.device).inputs("obs")
         policy = self._policy(ctx)
@@ -69,7 +69,7 @@ class BC(Method):
             ctx.plan.stage("policy", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(s)),
-            seed=ctx.seed,
+            seed=ctx.stream_seed("policy"),
             rule=ctx.stopping,
             schedule=arch.lr_schedule,
             speed=speed_of(arch, ctx.device),
@@ -91,7 +91,7 @@ class BC(Method):
             [ctx.plan.stage("policy", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
             lr=cfg.lr or arch.lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(s)) for s in states],
-            seeds=[ctx.seed for ctx in ctxs],
+            seeds=[ctx.stream_seed("policy") for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
             speed=speed_of(arch, ctxs[0].device),

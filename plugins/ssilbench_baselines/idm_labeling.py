@@ -13,16 +13,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.batches import ArgmaxRows, FrameInputs, RowSource, TransitionFrames
-from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.roles import unified
-from ssilbench.train.supervised import (
+from ssilbench.kit import (
+    ArgmaxRows,
     ClassifierPolicy,
+    FrameInputs,
+    RowSource,
+    TransitionFrames,
     build_net,
     fit_classifier,
+    fit_classifiers,
     label_rows,
     labeled_actions,
     speed_of,
+    unified,
 )
 
 
@@ -89,12 +92,18 @@ class IDMLabeling(Method):
         D_U; a second copy from the same initialisation is trained as the policy."""
         cfg: IDMLabelingConfig = ctx.config
         idm = unified(ctx, cfg.arch, cfg.arch_options)
-        idm.train(["idm"], ctx.labeled, ctx.plan.stage("idm"), seed=ctx.seed, rule=ctx.stopping)
+        idm.train(
+            ["idm"],
+            ctx.labeled,
+            ctx.plan.stage("idm"),
+            seed=ctx.stream_seed("idm"),
+            rule=ctx.stopping,
+        )
         labels = idm.label(ctx.unlabeled)
         student = idm.fresh()
         policy = student.policy("policy")
         student.train(["policy"], ctx.unlabeled, ctx.plan.stage("policy", policy=policy),
-                      seed=ctx.seed + 1, labels=labels, rule=ctx.stopping)  # fmt: skip
+                      seed=ctx.stream_seed("policy"), labels=labels, rule=ctx.stopping)  # fmt: skip
         return policy
 
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
@@ -109,16 +118,18 @@ class IDMLabeling(Method):
         pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
         fit_classifier(
             policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device), ctx.plan.stage("idm"),
-            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(pairs)), seed=ctx.seed,
-            rule=ctx.stopping, schedule=arch.lr_schedule, speed=speed,
+            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(pairs)),
+            seed=ctx.stream_seed("idm"), rule=ctx.stopping, schedule=arch.lr_schedule,
+            speed=speed,
         )  # fmt: skip
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
         u, labels = self._labels(ctx, policy)
         fit_classifier(
             policy.net, u, labels, ctx.plan.stage("policy", policy=policy),
-            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)), seed=ctx.seed + 1,
-            rule=ctx.stopping, schedule=arch.lr_schedule, speed=speed,
+            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)),
+            seed=ctx.stream_seed("policy"), rule=ctx.stopping, schedule=arch.lr_schedule,
+            speed=speed,
         )  # fmt: skip
         return policy
 
@@ -141,7 +152,7 @@ class IDMLabeling(Method):
             [ctx.plan.stage("idm") for ctx in ctxs],
             lr=lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in idm_inputs],
-            seeds=[ctx.seed for ctx in ctxs],
+            seeds=[ctx.stream_seed("idm") for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
             speed=speed,
@@ -155,7 +166,7 @@ class IDMLabeling(Method):
             [ctx.plan.stage("policy", policy=p) for ctx, p in pairs],
             lr=lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(u)) for u, _ in labeled_u],
-            seeds=[ctx.seed + 1 for ctx in ctxs],
+            seeds=[ctx.stream_seed("policy") for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
             speed=speed,

@@ -22,17 +22,17 @@ from ssilbench.api import (
     Stage,
     VideoModel,
 )
-from ssilbench.data.batches import TransitionFrames
-from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.roles import unified
-from ssilbench.train.supervised import (
+from ssilbench.kit import (
     RegressionVideoModel,
+    TransitionFrames,
     VMIDMPolicy,
     build_net,
     fit_classifier,
+    fit_classifiers,
     fit_regressor,
     labeled_actions,
     speed_of,
+    unified,
 )
 
 
@@ -104,7 +104,7 @@ class VMIDM(Method):
             ctx.plan.stage("video_model"),
             lr=cfg.lr or vm_arch.lr,
             batch_size=cfg.batch_size or vm_arch.batch_size(len(unlabeled)),
-            seed=ctx.seed + 2,
+            seed=ctx.stream_seed("video_model"),
             rule=ctx.stopping,
             schedule=vm_arch.lr_schedule,
             speed=speed,
@@ -132,7 +132,7 @@ class VMIDM(Method):
             ["video"],
             ctx.unlabeled,
             ctx.plan.stage("video_model"),
-            seed=ctx.seed + 2,
+            seed=ctx.stream_seed("video_model"),
             rule=ctx.stopping,
         )
         policy = model.policy("vm_idm")
@@ -140,7 +140,7 @@ class VMIDM(Method):
             ["idm"],
             ctx.labeled,
             ctx.plan.stage("idm", policy=policy),
-            seed=ctx.seed,
+            seed=ctx.stream_seed("idm"),
             rule=ctx.stopping,
         )
         return policy
@@ -157,7 +157,7 @@ class VMIDM(Method):
             ctx.plan.stage("idm", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(pairs)),
-            seed=ctx.seed,
+            seed=ctx.stream_seed("idm"),
             rule=ctx.stopping,
             schedule=arch.lr_schedule,
             speed=speed_of(arch, ctx.device),
@@ -180,7 +180,7 @@ class VMIDM(Method):
             [ctx.plan.stage("idm", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
             lr=cfg.lr or arch.lr,
             batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in pairs],
-            seeds=[ctx.seed for ctx in ctxs],
+            seeds=[ctx.stream_seed("idm") for ctx in ctxs],
             rule=ctxs[0].stopping,
             schedule=arch.lr_schedule,
             speed=speed_of(arch, ctxs[0].device),

@@ -21,10 +21,15 @@ from pydantic import Field
 from torch import nn
 
 from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
-from ssilbench.data.batches import TransitionFrames
-from ssilbench.train.speed import Speed
-from ssilbench.train.supervised import fit_classifier, fit_regressor, label_rows, labeled_actions
-from ssilbench_baselines.impala import mlp
+from ssilbench.kit import (
+    Speed,
+    TransitionFrames,
+    fit_classifier,
+    fit_regressor,
+    label_rows,
+    labeled_actions,
+    mlp,
+)
 from ssilbench_lapo.world_model import (
     WorldModelConfig,
     impala_net,
@@ -99,7 +104,8 @@ class LAPO(Method):
         latent_policy.to(device)
         fit_regressor(
             latent_policy, unlabeled.inputs("obs"), targets, ctx.plan.stage("latent_policy"),
-            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.seed, rule=ctx.stopping,
+            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.stream_seed("latent_policy"),
+            rule=ctx.stopping,
             schedule=schedules(cfg)[1], speed=speed,
         )  # fmt: skip
         latent_policy.eval().requires_grad_(False)
@@ -112,7 +118,8 @@ class LAPO(Method):
         fit_classifier(
             decoder, latents, labeled_actions(ctx.labeled, device),
             ctx.plan.stage("decoder", policy=policy),
-            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed + 2,
+            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)),
+            seed=ctx.stream_seed("decoder"),
             rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip
         return policy

@@ -20,15 +20,16 @@ from pydantic import Field
 from torch import nn
 
 from ssilbench.api import EnvSpec, Method, RunContext, Stage
-from ssilbench.data.batches import ArgmaxRows, TransitionFrames
-from ssilbench.train.speed import Speed
-from ssilbench.train.supervised import (
+from ssilbench.kit import (
+    ArgmaxRows,
     ClassifierPolicy,
+    Speed,
+    TransitionFrames,
     fit_classifier,
     label_rows,
     labeled_actions,
+    mlp,
 )
-from ssilbench_baselines.impala import mlp
 from ssilbench_lapo.world_model import (
     LatentIDM,
     WorldModelConfig,
@@ -51,7 +52,7 @@ class LAPOPlusConfig(WorldModelConfig):
 
 
 class DecodedIDM(nn.Module):
-    """h^(a | s, s') = phi(h~(s, s')) on (s, s') stacked as by ``ssilbench.data.tensors.pair``
+    """h^(a | s, s') = phi(h~(s, s')) on (s, s') stacked as by ``ssilbench.kit.pair``
     (the form ``ClassifierPolicy.idm`` expects)."""
 
     def __init__(self, latent_idm: LatentIDM, decoder: nn.Module) -> None:
@@ -92,7 +93,8 @@ class LAPOPlus(Method):
         decoder.to(device)
         fit_classifier(
             decoder, latents, labeled_actions(ctx.labeled, device), ctx.plan.stage("idm_decoder"),
-            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.seed,
+            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)),
+            seed=ctx.stream_seed("idm_decoder"),
             rule=ctx.stopping, schedule=schedules(cfg)[1],
         )  # fmt: skip
         decoder.eval().requires_grad_(False)
@@ -105,7 +107,8 @@ class LAPOPlus(Method):
         fit_classifier(
             net, unlabeled.inputs("obs"), probs if cfg.labels == "soft" else ArgmaxRows(probs),
             ctx.plan.stage("policy", policy=policy),
-            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.seed + 1, rule=ctx.stopping,
+            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.stream_seed("policy"),
+            rule=ctx.stopping,
             schedule=schedules(cfg)[1], speed=speed,
         )  # fmt: skip
         return policy

@@ -25,15 +25,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from ssilbench.api import RunContext, Stage
-from ssilbench.data.batches import ArrayRows, TransitionFrames
-from ssilbench.data.tensors import pair
-from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import optimise
-from ssilbench.train.memo import reuse_or_train
-from ssilbench.train.schedule import WarmupLinear
-from ssilbench.train.speed import Speed
-from ssilbench.train.supervised import label_rows
-from ssilbench_baselines.impala import PROCGEN_SCHEDULE, ImpalaTrunk, mlp
+from ssilbench.kit import (
+    ArrayRows,
+    ImpalaTrunk,
+    Speed,
+    StageBudget,
+    TransitionFrames,
+    WarmupLinear,
+    label_rows,
+    mlp,
+    optimise,
+    pair,
+    reuse_or_train,
+)
 from ssilbench_lapo.quantise import VectorQuantiser
 from ssilbench_lapo.unet import LatentUNet
 
@@ -49,6 +53,11 @@ SIZES = {
 WORLD_MODEL_SCHEDULE = WarmupLinear(start=0.1, warmup=50 / 50_000, end=0.01)
 """Stage 1's learning rate in the reference code: 10% rising to all of it over the first
 50 of 50,000 steps, then linear decay to 1%."""
+
+LATER_STAGES_SCHEDULE = WarmupLinear(start=0.01, warmup=1000 / 60_000, end=0.0)
+"""The later stages' learning rate in the reference code (the paper's Procgen schedule, as
+the ``impala`` architecture trains): 1% rising to all of it over the first 1,000 of 60,000
+steps, then linear decay to zero."""
 
 
 class WorldModelConfig(BaseModel):
@@ -157,7 +166,7 @@ class LatentIDM(nn.Module):
 
 
 class PairedLatentIDM(nn.Module):
-    """The latent IDM on (s, s') already stacked by ``ssilbench.data.tensors.pair`` (the
+    """The latent IDM on (s, s') already stacked by ``ssilbench.kit.pair`` (the
     ``pair`` inputs of ``TransitionFrames``)."""
 
     def __init__(self, idm: LatentIDM) -> None:
@@ -191,7 +200,7 @@ def schedules(cfg: WorldModelConfig) -> tuple[WarmupLinear | None, WarmupLinear 
     """The learning-rate schedules of stage 1 and of the later stages (None: constant)."""
     if cfg.lr_schedule == "constant":
         return None, None
-    return WORLD_MODEL_SCHEDULE, PROCGEN_SCHEDULE
+    return WORLD_MODEL_SCHEDULE, LATER_STAGES_SCHEDULE
 
 
 def _settings(cfg: WorldModelConfig) -> dict:

@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import ChunkedControlOptions, Environment, EnvSpec, Normaliser, Task
-from ssilbench.errors import DatasetError, PluginError, UsageError, unknown
+from ssilbench.api import (
+    ChunkedControlOptions,
+    DatasetError,
+    Environment,
+    EnvSpec,
+    Normaliser,
+    PluginError,
+    Task,
+    UsageError,
+    unknown,
+)
 from ssilbench_libero.tasks import (
     ACTION_DIM,
     ACTION_NAMES,
@@ -29,7 +38,7 @@ from ssilbench_libero.tasks import (
 )
 
 if TYPE_CHECKING:
-    from ssilbench.data.datasets import TransitionStore
+    from ssilbench.kit import TransitionStore
     from ssilbench_libero.vec_env import Libero10VectorEnv
 
 # Training length of the UVA paper's runs (step parity between methods); a LIBERO
@@ -136,7 +145,7 @@ class Libero10Task(Task):
         return dataset_dir(root, self.options.dataset, self.task.id)
 
     def dataset(self, root: Path) -> TransitionStore:
-        from ssilbench.data.datasets import TransitionStore
+        from ssilbench.kit import TransitionStore
 
         path = self.data_dir(root)
         if not path.exists():

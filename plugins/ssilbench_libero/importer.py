@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.data.datasets import TransitionStore, TransitionStoreWriter
-from ssilbench.errors import DatasetError, PluginError
+from ssilbench.api import DatasetError, PluginError
+from ssilbench.kit import TransitionStore, TransitionStoreWriter
 from ssilbench_libero.tasks import (
     ACTION_DIM,
     IMAGE_SHAPE,

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.errors import PluginError, UsageError
+from ssilbench.api import PluginError, UsageError
 from ssilbench_libero.tasks import SUITE, LiberoTask
 
 INSTALL_HINT = (

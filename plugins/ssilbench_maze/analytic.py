@@ -4,8 +4,9 @@ The paper's appendix "Explicit expressions for simple ground-truth IDM" shows th
 ground-truth IDM h*(a | s, s') lies in the closure of the small model classes: a linear
 classifier (LC) for position states and a one-layer CNN with global max-pooling (1L CNN) for
 image states. This module builds both with exactly the modules of the ``lc`` and ``cnn1``
-architectures and overwrites their weights, so that a test can check the claim on real
-mazes: ``VMIDMPolicy(linear_idm(), task.video_model())`` is the expert.
+architectures, looked up by name in the architecture registry (whichever plugin provides
+them), and overwrites their weights, so that a test can check the claim on real mazes:
+``VMIDMPolicy(linear_idm(), task.video_model())`` is the expert.
 
 Both models return logits; softmax(logits) tends to h* as ``temperature`` goes to 0.
 """
@@ -16,8 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ssilbench.data.tensors import as_model_input
-from ssilbench_baselines.architectures import CNN1, LinearClassifier
+from ssilbench.kit import architecture, as_model_input
 from ssilbench_maze.expert import MOVES, solve
 from ssilbench_maze.generate import Maze
 from ssilbench_maze.gym_env import background, render_cells
@@ -49,7 +49,7 @@ def linear_idm(temperature: float = 0.01) -> nn.Module:
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    net = LinearClassifier().build((4,), NUM_ACTIONS)
+    net = architecture("lc").build((4,), NUM_ACTIONS)
     w = torch.as_tensor(MOVES, dtype=torch.float32)
     linear = net[1]
     with torch.no_grad():
@@ -129,7 +129,7 @@ def conv_idm(temperature: float = 0.01, goal_moves: bool = True) -> nn.Module:
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     # The spatial size given to build() does not change the module (no padding, global pool).
-    net = CNN1().build((6, 3, 3), NUM_ACTIONS)
+    net = architecture("cnn1").build((6, 3, 3), NUM_ACTIONS)
     v = kernel_patterns(goal_moves)
     conv = net[0]
     with torch.no_grad():

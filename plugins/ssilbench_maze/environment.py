@@ -13,10 +13,17 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Task, TestSet, VideoModel
-from ssilbench.data.datasets import TransitionStore
-from ssilbench.data.tensors import as_model_input
-from ssilbench.errors import ConfigError, unknown
+from ssilbench.api import (
+    ConfigError,
+    Environment,
+    EnvSpec,
+    Normaliser,
+    Task,
+    TestSet,
+    VideoModel,
+    unknown,
+)
+from ssilbench.kit import TransitionStore, as_model_input
 from ssilbench_maze.expert import (
     ACTION_NAMES,
     Expert,

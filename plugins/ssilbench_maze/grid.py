@@ -17,9 +17,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, Task
-from ssilbench.data.datasets import TransitionStore
-from ssilbench.errors import unknown
+from ssilbench.api import Environment, Task, unknown
+from ssilbench.kit import TransitionStore
 from ssilbench_maze.environment import cell_world_spec, short_hash
 from ssilbench_maze.expert import ACTION_NAMES, solve
 from ssilbench_maze.generate import Maze

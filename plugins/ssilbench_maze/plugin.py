@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ssilbench.api import hookimpl
 
 if TYPE_CHECKING:
-    from ssilbench.registry import BoundRegistry
+    from ssilbench.api import BoundRegistry
 
 
 @hookimpl

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ssilbench.errors import DatasetError
+from ssilbench.api import DatasetError
 from ssilbench_procgen.games import NUM_ACTIONS
 
 FRAME_SHAPE = (64, 64, 3)

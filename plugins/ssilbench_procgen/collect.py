@@ -14,8 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ssilbench.data.datasets import TransitionStore, TransitionStoreWriter
-from ssilbench.data.tensors import as_model_input
+from ssilbench.kit import TransitionStore, TransitionStoreWriter, as_model_input
 from ssilbench_procgen.games import OBS_SHAPE
 
 

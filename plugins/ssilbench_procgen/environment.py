@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Task, TestSet
-from ssilbench.errors import ConfigError, DatasetError, UsageError, unknown
+from ssilbench.api import (
+    ConfigError,
+    DatasetError,
+    Environment,
+    EnvSpec,
+    Normaliser,
+    Task,
+    TestSet,
+    UsageError,
+    unknown,
+)
 from ssilbench_procgen.expert_config import ExpertConfig
 from ssilbench_procgen.games import (
     ACTION_NAMES,
@@ -26,7 +35,7 @@ from ssilbench_procgen.games import (
 if TYPE_CHECKING:
     import torch
 
-    from ssilbench.data.datasets import TransitionStore
+    from ssilbench.kit import TransitionStore
     from ssilbench_procgen.vec_env import ProcgenVectorEnv
 
 # The paper trains every method for 120,000 gradient steps (step parity).
@@ -133,7 +142,7 @@ class ProcgenTask(Task):
         return dataset_dir(root, self.options.dataset, self.game)
 
     def dataset(self, root: Path) -> TransitionStore:
-        from ssilbench.data.datasets import TransitionStore
+        from ssilbench.kit import TransitionStore
 
         folder = self.data_dir(root)
         train = folder / "train"
@@ -152,7 +161,7 @@ class ProcgenTask(Task):
 
     def test_store(self) -> TransitionStore | None:
         """The held-out test split of the opened dataset, where it has one."""
-        from ssilbench.data.datasets import TransitionStore
+        from ssilbench.kit import TransitionStore
 
         if self._data_dir is None or not (self._data_dir / "test").exists():
             return None
@@ -245,7 +254,7 @@ class ProcgenTask(Task):
     ) -> TransitionStore:
         import torch
 
-        from ssilbench.data.datasets import sha256_file
+        from ssilbench.kit import sha256_file
         from ssilbench_procgen.collect import collect_rollouts
         from ssilbench_procgen.ppo import load_expert
         from ssilbench_procgen.vec_env import import_procgen

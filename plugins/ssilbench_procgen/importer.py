@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.data.datasets import TransitionStore, TransitionStoreWriter
+from ssilbench.kit import TransitionStore, TransitionStoreWriter
 from ssilbench_procgen.chunks import Chunk, inspect_chunk, list_chunks, read_chunk
 from ssilbench_procgen.games import OBS_SHAPE
 

@@ -21,9 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ssilbench.data.tensors import as_model_input
-from ssilbench.errors import UsageError
-from ssilbench.train.checkpoint import save_atomic
+from ssilbench.api import UsageError
+from ssilbench.kit import ImpalaTrunk, as_model_input, save_atomic
 from ssilbench_procgen.expert_config import RESUMABLE, ExpertConfig
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
@@ -37,8 +36,6 @@ class ActorCritic(nn.Module):
 
     def __init__(self, scale: int, num_actions: int = NUM_ACTIONS) -> None:
         super().__init__()
-        from ssilbench_baselines.impala import ImpalaTrunk
-
         self.trunk = ImpalaTrunk(OBS_SHAPE[0], scale=scale, out_features=256)
         self.policy = nn.Linear(256, num_actions)
         self.value = nn.Linear(256, 1)

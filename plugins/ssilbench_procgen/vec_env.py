@@ -24,7 +24,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ssilbench.plugins import available, import_optional
+from ssilbench.kit import available, import_optional
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
 INSTALL_HINT = (

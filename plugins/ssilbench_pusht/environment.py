@@ -9,11 +9,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import ChunkedControlOptions, Environment, EnvSpec, Normaliser, Task
-from ssilbench.errors import DatasetError, unknown
+from ssilbench.api import (
+    ChunkedControlOptions,
+    DatasetError,
+    Environment,
+    EnvSpec,
+    Normaliser,
+    Task,
+    unknown,
+)
 
 if TYPE_CHECKING:
-    from ssilbench.data.datasets import TransitionStore
+    from ssilbench.kit import TransitionStore
     from ssilbench_pusht.vec_env import PushTVectorEnv
 
 TASKS = ("pusht",)
@@ -100,7 +107,7 @@ class PushTTask(Task):
         return dataset_dir(root, self.options.dataset)
 
     def dataset(self, root: Path) -> TransitionStore:
-        from ssilbench.data.datasets import TransitionStore
+        from ssilbench.kit import TransitionStore
 
         path = self.data_dir(root)
         if not path.exists():

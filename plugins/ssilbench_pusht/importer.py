@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.errors import DatasetError
+from ssilbench.api import DatasetError
 from ssilbench_pusht.geometry import reward as state_reward
 from ssilbench_pusht.vec_env import IMAGE_SHAPE
 
@@ -238,7 +238,7 @@ def import_replay(
     log: Callable[[str], None] = print,
 ) -> Any:
     """Copy a checked replay into a store at ``target`` (written atomically)."""
-    from ssilbench.data.datasets import TransitionStoreWriter
+    from ssilbench.kit import TransitionStoreWriter
 
     path, ends = replay.path, replay.episode_ends
     # States and actions are small (28 bytes a frame): read and check them whole first.

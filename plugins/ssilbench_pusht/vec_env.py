@@ -19,8 +19,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ssilbench.errors import UsageError
-from ssilbench.plugins import available, import_optional
+from ssilbench.api import UsageError
+from ssilbench.kit import available, import_optional
 
 GYM_ID = "gym_pusht/PushT-v0"
 OBS_TYPE = "pixels_agent_pos"

@@ -25,11 +25,18 @@ import numpy as np
 import torch
 
 from ssilbench.api import ConfigError, EnvSpec, Policy, RunContext, Stage
-from ssilbench.data.split import LabeledView, UnlabeledView
-from ssilbench.train.budget import StageBudget, StagePlan
-from ssilbench.train.loop import StoppingRule, optimise
-from ssilbench.train.memo import reuse_or_train
-from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture
+from ssilbench.kit import (
+    LabeledView,
+    RoleModel,
+    SamplingPath,
+    StageBudget,
+    StagePlan,
+    StoppingRule,
+    UnifiedArchitecture,
+    UnlabeledView,
+    optimise,
+    reuse_or_train,
+)
 from ssilbench_uva.autoencoder import KLAutoencoder, load_matching, matching_tensors
 from ssilbench_uva.model import Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of

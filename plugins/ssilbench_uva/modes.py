@@ -23,7 +23,7 @@ import torch
 MODES = ("policy", "video", "forward", "inverse", "full")
 
 ROLE_MODES = {"policy": ("policy",), "idm": ("inverse",), "video": ("video",)}
-"""The modes that train a model in each role of ``ssilbench.train.roles`` (a mode's own
+"""The modes that train a model in each role of ``ssilbench.kit.RoleModel`` (a mode's own
 name is accepted as a role too)."""
 
 

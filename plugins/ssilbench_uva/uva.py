@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.train.roles import unified
+from ssilbench.kit import unified
 from ssilbench_uva.modes import MODES
 
 
@@ -51,5 +51,7 @@ class UVAMethod(Method):
         model = unified(ctx, cfg.arch, cfg.arch_options)
         policy = model.policy(cfg.sampling)
         budget = ctx.plan.stage("multitask", policy=policy)
-        model.train(cfg.modes, ctx.labeled, budget, seed=ctx.seed, rule=ctx.stopping)
+        model.train(
+            cfg.modes, ctx.labeled, budget, seed=ctx.stream_seed("multitask"), rule=ctx.stopping
+        )
         return policy
