@@ -1,17 +1,92 @@
-"""Conformance checks every environment plugin must pass (the core's test suite runs them on
-every registered environment; plugin authors run them in their own tests).
+"""What a plugin's tests use: conformance checks, and the harness that runs and scores.
 
-``check_task`` verifies that a task's spec, vector environment and dataset agree with each
-other and that rollouts are seed-deterministic, the property every comparison relies on.
+Conformance checks every environment plugin must pass (the core's test suite runs them on
+every registered environment; plugin authors run them in their own tests): ``check_task``
+verifies that a task's spec, vector environment and dataset agree with each other and that
+rollouts are seed-deterministic, the property every comparison relies on.
+
+The harness, for tests that drive a plugin the way a sweep does (each name is imported from
+the core module that defines it on first access, so this module stays light):
+
+- ``load_plugins()``: the installed plugins' registries (``.methods``, ``.environments``,
+  ``.architectures``);
+- ``Sweep``, ``build_plan(plugins, sweep, data_root)``, ``execute(spec, method, task,
+  plugins, device, storage=None)``, ``execute_many`` and ``RunStorage``: plan and run
+  sweeps in this process; ``check_stages(stages, total, method)``: step parity;
+- ``split(store, budget, seed, unit)`` and ``StageCache(root)``: a split's views and a stage
+  cache, to build a :class:`ssilbench.api.RunContext` by hand;
+- ``rollout_returns``, ``run_episodes`` and ``Evaluator``: rollouts as the evaluation does
+  them; ``TestSetScorer(test_set, device)(policy)``: the test-set metrics;
+- ``partial_path(root)``: where a store is written before it is complete.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ssilbench.api import Task
+
+if TYPE_CHECKING:
+    from ssilbench.data.datasets import partial_path
+    from ssilbench.data.split import split
+    from ssilbench.eval.diagnostics import TestSetScorer
+    from ssilbench.eval.rollout import Evaluator, rollout_returns, run_episodes
+    from ssilbench.plugins import load_plugins
+    from ssilbench.runner.plan import build_plan
+    from ssilbench.runner.spec import Sweep
+    from ssilbench.runner.worker import RunStorage, execute, execute_many
+    from ssilbench.train.budget import check_stages
+    from ssilbench.train.memo import StageCache
+
+__all__ = [
+    "ConformanceError",
+    "Evaluator",
+    "RunStorage",
+    "StageCache",
+    "Sweep",
+    "TestSetScorer",
+    "build_plan",
+    "check_dataset",
+    "check_stages",
+    "check_task",
+    "check_vector_env",
+    "execute",
+    "execute_many",
+    "load_plugins",
+    "partial_path",
+    "rollout_returns",
+    "run_episodes",
+    "split",
+]
+
+# The harness (see the module docstring): name -> defining module, imported on first access.
+_HARNESS = {
+    "load_plugins": "ssilbench.plugins",
+    "Sweep": "ssilbench.runner.spec",
+    "build_plan": "ssilbench.runner.plan",
+    "execute": "ssilbench.runner.worker",
+    "execute_many": "ssilbench.runner.worker",
+    "RunStorage": "ssilbench.runner.worker",
+    "check_stages": "ssilbench.train.budget",
+    "split": "ssilbench.data.split",
+    "StageCache": "ssilbench.train.memo",
+    "rollout_returns": "ssilbench.eval.rollout",
+    "run_episodes": "ssilbench.eval.rollout",
+    "Evaluator": "ssilbench.eval.rollout",
+    "TestSetScorer": "ssilbench.eval.diagnostics",
+    "partial_path": "ssilbench.data.datasets",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # Module-level attribute hook: harness names are imported on first access.
+    if name in _HARNESS:
+        return getattr(importlib.import_module(_HARNESS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConformanceError(AssertionError):
