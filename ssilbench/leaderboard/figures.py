@@ -10,6 +10,7 @@ from typing import Any
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.leaderboard.stats import mean_ci95
+from ssilbench.runner.spec import design_id_of
 
 
 @dataclass
@@ -36,10 +37,11 @@ class Panel:
 def collect(
     records: list[dict[str, Any]], panels_of: dict[str, str], metric: str, display
 ) -> list[Panel]:
-    """Group finished run records into panels (``panels_of``: run id -> panel title)."""
+    """Group finished run records into panels (``panels_of``: design id -> panel title,
+    from :func:`ssilbench.runner.sweepfile.panel_titles`)."""
     panels: dict[str, Panel] = {}
     for record in records:
-        title = panels_of.get(record["run_id"])
+        title = panels_of.get(design_id_of(record))
         if title is None:
             continue
         value = record["score"] if metric == "score" else (record.get("metrics") or {}).get(metric)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ssilbench.data.split import budget_sort_key
+from ssilbench.errors import UsageError
 from ssilbench.leaderboard.aggregate import Interval, bootstrap, sample_efficiency
 from ssilbench.leaderboard.stats import mean_ci95
 
@@ -123,14 +124,69 @@ def _distinguish(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+# Spec fields a cell's runs may differ in: the seed it pools over, the budget that is its
+# column, and the step settings that _distinguish gives rows of their own.
+_POOLED = ("seed", "budget", "steps", "stop_early")
+# Spec fields a user reads as "the protocol", named first in a refusal.
+_PROTOCOL = ("version", "protocol", "data", "plugins")
+
+
+def _identity(record: dict[str, Any]) -> dict[str, Any]:
+    spec = record.get("spec") or {}
+    return {k: v for k, v in spec.items() if k not in _POOLED}
+
+
+def _cell_of(record: dict[str, Any]) -> tuple[str, str, str]:
+    return record["env_label"], record["method_label"], record["budget"]
+
+
+def check_pooling(records: list[dict[str, Any]]) -> None:
+    """Refuse to pool runs of one cell that differ in more than their seed: another
+    protocol, dataset, plugin version or spec version (runs recorded before one of them
+    changed). Raises UsageError naming the cell, what differs and what to do."""
+    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for record in records:
+        cell, identity = _cell_of(record), _identity(record)
+        first = seen.setdefault(cell, identity)
+        if identity != first:
+            rank = {k: i for i, k in enumerate(_PROTOCOL)}
+            keys = sorted(set(first) | set(identity), key=lambda k: (rank.get(k, 99), k))
+            differ = [k for k in keys if first.get(k) != identity.get(k)]
+            env, method, budget = cell
+            raise UsageError(
+                f"The runs of {method} on {env} at N_L={budget} differ in "
+                f"{', '.join(differ)} (recorded before and after the environment's protocol, "
+                "its dataset or a plugin changed), and a cell never pools them. Pass "
+                "--latest to keep, per cell, the runs like the most recently finished one, "
+                "or keep the two in separate stores."
+            )
+
+
+def latest_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell, the runs that share the identity of its most recently finished run."""
+    newest: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
+    for record in records:
+        when = record.get("finished_at") or 0.0
+        cell = _cell_of(record)
+        if cell not in newest or when > newest[cell][0]:
+            newest[cell] = (when, _identity(record))
+    return [r for r in records if _identity(r) == newest[_cell_of(r)][1]]
+
+
 def build_table(
     records: Iterable[dict[str, Any]],
     metric: str = "score",
     compare: tuple[str, str] | None = None,
+    latest: bool = False,
 ) -> Table:
     """Aggregate finished run records (rows of the results store) into tables; with
-    ``compare`` (two method labels), the probability that the first beats the second."""
+    ``compare`` (two method labels), the probability that the first beats the second.
+    Runs of one cell that differ in more than their seed are refused (:func:`check_pooling`)
+    unless ``latest`` keeps only the most recent kind of each cell."""
     records = _distinguish(list(records))
+    if latest:
+        records = latest_only(records)
+    check_pooling(records)
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )

@@ -1,9 +1,13 @@
 """Sweep -> checked RunSpecs. Every mistake a user can make is found here, before any run.
 
-Names, environment options, method configs, architectures, datasets (built or verified),
-label budgets against dataset sizes and the step parity of every method's stages are all
-checked up front, so a sweep either starts with every run well-formed or stops with one
-clear message and nothing recorded.
+Planning has two steps. :func:`resolve` is pure: names, environment options, method configs,
+architectures and the step parity of every method's stages are checked, and each run's spec
+gets its task's protocol fingerprint and its plugins' versions, without reading a file or
+needing a simulator. :func:`prepare` then builds or verifies the datasets, checks the label
+budgets against their sizes and the simulators the rollouts need, and gives each spec its
+dataset's fingerprint. A sweep either starts with every run well-formed or stops with one
+clear message and nothing recorded. A worker needs nothing but the prepared specs: it
+rebuilds what it needs from them with :meth:`Plan.of`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
-from ssilbench.runner.spec import RunSpec, Sweep
+from ssilbench.runner.identity import dataset_fingerprint, plugin_versions, protocol_fingerprint
+from ssilbench.runner.spec import SPEC_VERSION, RunSpec, Sweep
 from ssilbench.train.budget import StepParityError, check_stages
 
 
@@ -79,13 +84,14 @@ def architecture_fields(config_model: type[BaseModel]) -> list[str]:
 
 @dataclass
 class TaskInfo:
-    """One configured task with its opened dataset (shared by all runs on it). In a plan made
-    with ``datasets="read"`` (a dry run) ``dataset`` is None where it is not built yet."""
+    """One configured task with its dataset (shared by all runs on it). The dataset is None
+    until :func:`prepare` opens it, and stays None in a plan prepared with
+    ``datasets="read"`` (a dry run) where it is not built yet."""
 
     env: str
     options: BaseModel
     task: Task
-    dataset: TransitionStore | None
+    dataset: TransitionStore | None = None
 
     @property
     def spec(self) -> EnvSpec:
@@ -127,9 +133,40 @@ class Plan:
         contain are kept once."""
         seen = {spec.run_id for spec in self.runs}
         self.runs += [spec for spec in other.runs if spec.run_id not in seen]
-        self.tasks.update(other.tasks)
+        for key, task in other.tasks.items():
+            if self.tasks.get(key) is None or self.tasks[key].dataset is None:
+                self.tasks[key] = task
         self.methods.update(other.methods)
         self.stages.update(other.stages)
+
+    @classmethod
+    def of(cls, plugins: Plugins, specs: list[RunSpec]) -> Plan:
+        """The plan of runs given as specs alone (what a worker receives): their methods,
+        tasks and stages, rebuilt from the specs without touching a file. A spec resolved by
+        another installation (another version of a plugin, another protocol) is refused."""
+        plan = cls(runs=[])
+        for spec in specs:
+            plan.add(plugins, spec)
+        return plan
+
+    def add(self, plugins: Plugins, spec: RunSpec) -> None:
+        """Add one run given by its spec (see :meth:`of`)."""
+        method_key, task_key = self.method_key(spec.method, spec.config), self.task_key(spec)
+        if method_key not in self.methods:
+            method_cls = plugins.methods.load(spec.method)
+            config = validate_model(method_cls.Config, spec.config, f"config of '{spec.method}'")
+            self.methods[method_key] = MethodInfo(spec.method, method_cls, config)
+        if task_key not in self.tasks:
+            family, task_name = split_env_id(spec.env)
+            environment: Environment = plugins.environments.create(family)
+            options = validate_model(environment.Options, spec.options, f"options of '{family}'")
+            self.tasks[task_key] = TaskInfo(spec.env, options, environment.load(task_name, options))
+        method, task = self.methods[method_key], self.tasks[task_key]
+        _check_identity(spec, identify(plugins, method, task))
+        self.stages[spec.run_id] = method.cls().stages(
+            method.config, spec.steps, task.spec, task.task.video_model() is not None
+        )
+        self.runs.append(spec)
 
 
 def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
@@ -176,6 +213,13 @@ def _method_config(
     return validate_model(cls.Config, values, f"config of method '{name}'")
 
 
+def _architectures(info: MethodInfo, spec: EnvSpec) -> list[str]:
+    """The architectures the method's config names (unset fields: the task's default)."""
+    return [
+        getattr(info.config, f) or spec.default_arch for f in architecture_fields(info.cls.Config)
+    ]
+
+
 def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> None:
     for fname in architecture_fields(info.cls.Config):
         arch_name = getattr(info.config, fname) or spec.default_arch
@@ -205,12 +249,41 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 )
 
 
-def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = "prepare") -> Plan:
-    """Resolve and check a sweep. Raises an SsilbenchError on the first problem found.
+def identify(plugins: Plugins, method: MethodInfo, task: TaskInfo) -> dict[str, Any]:
+    """The spec fields that identify what the installed plugins make of a run: the task's
+    protocol fingerprint and the versions of the plugins it uses."""
+    family = task.env.split(":", 1)[0]
+    used = [(plugins.methods, method.name), (plugins.environments, family)]
+    used += [(plugins.architectures, a) for a in _architectures(method, task.spec)]
+    return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used)}
 
-    ``datasets="prepare"`` builds or opens every task's dataset; ``"read"`` only opens the
-    ones already there and writes nothing (a task whose dataset is not built, imported or
-    readable yet gets none, and its budgets are checked when a run prepares it)."""
+
+def _check_identity(spec: RunSpec, here: dict[str, Any]) -> None:
+    if spec.version != SPEC_VERSION:
+        raise ConfigError(
+            f"Run {spec.run_id} was planned by spec version {spec.version}, and this "
+            f"installation plans version {SPEC_VERSION}: plan the sweep again here."
+        )
+    for name, value in here.items():
+        if getattr(spec, name) != value:
+            raise ConfigError(
+                f"Run {spec.run_id} ({spec.method} on {spec.env}) was planned with {name} "
+                f"{getattr(spec, name)}, but the plugins installed here give {value}: install "
+                "the same plugin versions everywhere the sweep runs, then plan it again."
+            )
+
+
+def resolve(plugins: Plugins, sweep: Sweep) -> list[RunSpec]:
+    """The sweep's runs, checked: names, environment options, method configs, architectures
+    and the step parity of every method's stages. Pure: it reads no file and needs no
+    simulator, so drawing a figure or a status from the results store can call it. Raises
+    an SsilbenchError on the first problem found. The specs' ``data`` is filled in by
+    :func:`prepare`."""
+    return resolve_plan(plugins, sweep).runs
+
+
+def resolve_plan(plugins: Plugins, sweep: Sweep) -> Plan:
+    """:func:`resolve`, with the methods, tasks and stages it resolved on the way."""
     plan = Plan(runs=[])
     classes = [plugins.methods.load(name) for name in sweep.methods]
     methods = {
@@ -225,17 +298,9 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = 
         options = validate_model(
             environment.Options, sweep.options, f"options of environment '{family}'"
         )
-        task = environment.load(task_name, options)
-        dataset = _dataset(task, Path(data_root), datasets)
-        if sweep.rollouts:
-            task.check_rollouts()
-        info = TaskInfo(f"{family}:{task_name}", options, task, dataset)
+        info = TaskInfo(f"{family}:{task_name}", options, environment.load(task_name, options))
         spec = info.spec
-        if dataset is not None:
-            available = available_items(dataset, spec.budget_unit)
-            for budget in sweep.budgets:
-                resolve_budget(budget, available, spec.budget_unit)
-        has_vm = task.video_model() is not None
+        has_vm = info.task.video_model() is not None
         steps = sweep.total_steps(spec.default_steps)
         stages = {}
         for m in methods.values():
@@ -250,6 +315,7 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = 
         options_json = options.model_dump(mode="json")
         plan.tasks[info.env + json.dumps(options_json, sort_keys=True)] = info
         for method_name in sweep.methods:
+            identity = identify(plugins, methods[method_name], info)
             for budget in sweep.budgets:
                 for seed in sweep.seeds:
                     plan.runs.append(
@@ -264,10 +330,65 @@ def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = 
                             eval_every=sweep.eval_every or spec.eval_every,
                             stop_early=sweep.stop_early,
                             rollouts=sweep.rollouts,
+                            **identity,
                         )
                     )
                     plan.stages[run.run_id] = stages[method_name]
     return plan
+
+
+def prepare(plan: Plan, data_root: Path, datasets: str = "prepare") -> Plan:
+    """Open (building or verifying where needed) the dataset of every task of a resolved
+    plan, check the label budgets against the datasets' sizes and the simulators that the
+    rollouts need, and fill in each spec's ``data`` fingerprint; returns the prepared plan.
+
+    ``datasets="prepare"`` builds or opens every task's dataset; ``"read"`` only opens the
+    ones already there and writes nothing (a task whose dataset is not built, imported or
+    readable yet gets none, its runs keep ``data`` unset, and its budgets are checked when
+    a run prepares it)."""
+    out = Plan(runs=[], methods=dict(plan.methods))
+    for key, info in plan.tasks.items():
+        dataset = info.dataset or _dataset(info.task, Path(data_root), datasets)
+        out.tasks[key] = TaskInfo(info.env, info.options, info.task, dataset)
+    checked: set[tuple[str, str]] = set()
+    for spec in plan.runs:
+        task = out.tasks[Plan.task_key(spec)]
+        if task.dataset is not None:
+            if (key := (Plan.task_key(spec), spec.budget)) not in checked:
+                available = available_items(task.dataset, task.spec.budget_unit)
+                resolve_budget(spec.budget, available, task.spec.budget_unit)
+                checked.add(key)
+            prepared = spec.model_copy(update={"data": dataset_fingerprint(task.dataset)})
+        else:
+            prepared = spec
+        out.runs.append(prepared)
+        out.stages[prepared.run_id] = plan.stages[spec.run_id]
+    for key in {Plan.task_key(s) for s in plan.runs if s.rollouts}:
+        out.tasks[key].task.check_rollouts()
+    return out
+
+
+def open_datasets(plan: Plan, data_root: Path) -> None:
+    """Open, without writing anything, the datasets of a plan rebuilt from prepared specs
+    (:meth:`Plan.of`, in a worker), and check that each is the one its runs were planned
+    on: a dataset built or imported again since then is refused, not silently used."""
+    for spec in plan.runs:
+        task = plan.task_of(spec)
+        if task.dataset is None:
+            with read_only():
+                task.dataset = task.task.dataset(Path(data_root))
+        found = dataset_fingerprint(task.dataset)
+        if spec.data != found:
+            raise DatasetError(
+                f"The dataset of {spec.env} is not the one run {spec.run_id} was planned on "
+                f"(fingerprint {spec.data}, found {found}): it was built or imported again "
+                "since. Run the sweep again to plan its runs on the data there now."
+            )
+
+
+def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = "prepare") -> Plan:
+    """Resolve and prepare a sweep (see :func:`resolve` and :func:`prepare`)."""
+    return prepare(resolve_plan(plugins, sweep), data_root, datasets)
 
 
 def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore | None:

@@ -11,12 +11,21 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ssilbench.data.split import parse_budget
 
-SPEC_VERSION = 3  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
-# episodes only (sampled scores differ from version 2) and labels are taken in chunks
+SPEC_VERSION = 4  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
+# episodes only (sampled scores differ from version 2) and labels are taken in chunks;
+# 4: the environment's protocol, the dataset and the plugins' versions joined the spec
 
 
 class RunSpec(BaseModel):
-    """One run: fully resolved (defaults filled in), so its hash identifies its result."""
+    """One run: fully resolved (defaults filled in), so its hash identifies its result.
+
+    Besides the names and settings a user chose, the spec holds what else decides the
+    result: ``protocol``, the fingerprint of the task's :class:`~ssilbench.api.EnvSpec`
+    (evaluation episodes and seed, normaliser, horizon, ...); ``plugins``, the distribution
+    and version of each plugin the run uses; and ``data``, the fingerprint of the dataset's
+    manifest. :func:`ssilbench.runner.plan.resolve` fills in the first two without touching
+    a file; :func:`ssilbench.runner.plan.prepare` opens the datasets and fills in ``data``.
+    Runs recorded before spec version 4 have none of the three (``None``/empty)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -30,14 +39,47 @@ class RunSpec(BaseModel):
     eval_every: int
     stop_early: bool = False
     rollouts: bool = True
+    protocol: str | None = None
+    plugins: dict[str, str] = {}
+    data: str | None = None
     version: int = SPEC_VERSION
 
     def canonical_json(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return _canonical(self.model_dump(mode="json"))
 
     @property
     def run_id(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()[:20]
+        """The run's identity: a hash of everything in the spec."""
+        return _digest(self.canonical_json())
+
+    @property
+    def design_id(self) -> str:
+        """The run as designed, whatever its data: everything but ``data``. A figure or a
+        status drawn from the store finds its runs by this key without opening a dataset."""
+        return _digest(_canonical(self.model_dump(mode="json", exclude={"data"})))
+
+    @property
+    def cohort(self) -> str:
+        """What the runs pooled into one leaderboard cell must share: everything but the
+        seed (and the budget, which is the cell's column)."""
+        return _digest(_canonical(self.model_dump(mode="json", exclude={"seed", "budget"})))
+
+    @property
+    def prepared(self) -> bool:
+        return self.data is not None
+
+
+def design_id_of(record: dict[str, Any]) -> str:
+    """The design id of a run recorded in the results store (any spec version)."""
+    return RunSpec.model_validate(record["spec"]).design_id
+
+
+def _canonical(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 class Sweep(BaseModel):

@@ -13,16 +13,23 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from ssilbench.plugins import Plugins
 from ssilbench.runner.dryrun import leaders_first
-from ssilbench.runner.plan import Plan, label
-from ssilbench.runner.results_db import ResultsStore, RunOutcome
-from ssilbench.runner.spec import RunSpec, Sweep
+from ssilbench.runner.plan import Plan, label, open_datasets
+from ssilbench.runner.results_db import ResultsStore
+from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.units import (
+    Executor,
+    ExecutorLost,
+    PoolSetup,
+    RunFailure,
+    Unit,
+    WorkerResult,
+)
 from ssilbench.runner.worker import (
     RunStorage,
     describe_device,
@@ -58,18 +65,6 @@ def run_label(plan: Plan, spec: RunSpec) -> tuple[str, str]:
     )
 
 
-@dataclass(frozen=True)
-class PoolSetup:
-    """What a pool worker needs to rebuild the same plan in its own process."""
-
-    plugin_flags: tuple[str, ...]
-    sweeps: list[Sweep]
-    data_root: Path
-    device: str
-    storage: RunStorage = field(default_factory=RunStorage)
-    threads: int = 1
-
-
 MAX_GROUP = 64  # runs stacked into one computation at most
 
 
@@ -98,14 +93,13 @@ def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
 def _execute(
     plan: Plan,
     plugins: Plugins,
-    unit: list[int],
+    specs: Unit,
     device: torch.device,
     storage: RunStorage | None = None,
-):
-    """Run one unit; yields (index, status, payload, wall seconds) per run. A stacked run's
-    wall time is its share of the unit's."""
+) -> list[WorkerResult]:
+    """Run one unit, one result per run. A stacked run's wall time is its share of the
+    unit's."""
     began = time.perf_counter()
-    specs = [plan.runs[i] for i in unit]
     try:
         if len(specs) == 1:
             outcomes = [execute(specs[0], plan.method_of(specs[0]), plan.task_of(specs[0]),
@@ -115,11 +109,11 @@ def _execute(
                 specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device, storage
             )
     except Exception as exc:
-        error = (traceback.format_exc(), f"{type(exc).__name__}: {exc}")
-        wall = (time.perf_counter() - began) / len(unit)
-        return [(i, "failed", error, wall) for i in unit]
-    wall = (time.perf_counter() - began) / len(unit)
-    return [(i, "done", o, wall) for i, o in zip(unit, outcomes, strict=True)]
+        failure = RunFailure(traceback.format_exc(), f"{type(exc).__name__}: {exc}")
+        wall = (time.perf_counter() - began) / len(specs)
+        return [WorkerResult(s.run_id, wall, failure=failure) for s in specs]
+    wall = (time.perf_counter() - began) / len(specs)
+    return [WorkerResult(s.run_id, wall, outcome=o) for s, o in zip(specs, outcomes, strict=True)]
 
 
 _WORKER: dict[str, Any] = {}
@@ -133,9 +127,8 @@ def worker_device(device: str, slot: int | None, visible: int) -> str:
 
 
 def _init_worker(setup: PoolSetup, slots: Any = None) -> None:
-    """Load the plugins and rebuild the plan in this process (once per setup)."""
+    """Load the plugins in this process (once per setup)."""
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.plan import build_plan
 
     if _WORKER.get("setup") == setup:
         return
@@ -146,30 +139,33 @@ def _init_worker(setup: PoolSetup, slots: Any = None) -> None:
     visible = torch.cuda.device_count() if setup.device.startswith("cuda") else 0
     device = worker_device(setup.device, slot, visible)
     torch.set_num_threads(setup.threads)
-    plugins = load_plugins(setup.plugin_flags)
-    plan = Plan(runs=[])
-    for sweep in setup.sweeps:
-        plan.extend(build_plan(plugins, sweep, setup.data_root))
-    _WORKER.update(plugins=plugins, plan=plan, device=torch.device(device),
-                   storage=setup.storage, setup=setup)  # fmt: skip
+    _WORKER.update(plugins=load_plugins(setup.plugin_flags), plan=Plan(runs=[]),
+                   device=torch.device(device), storage=setup.storage, setup=setup)  # fmt: skip
 
 
-def _work(unit: list[int]) -> list[tuple]:
+def _work(unit: Unit) -> list[WorkerResult]:
     w = _WORKER
-    return _execute(w["plan"], w["plugins"], unit, w["device"], w["storage"])
+    plan: Plan = w["plan"]
+    try:
+        # Tasks, methods and opened datasets are kept for the process's later units.
+        for spec in unit:
+            if spec.run_id not in plan.stages:
+                plan.add(w["plugins"], spec)
+        open_datasets(Plan(unit, plan.tasks, plan.methods, plan.stages), w["setup"].data_root)
+    except Exception as exc:  # the unit cannot start here; its runs fail with the reason
+        failure = RunFailure(traceback.format_exc(), f"{type(exc).__name__}: {exc}")
+        return [WorkerResult(s.run_id, 0.0, failure=failure) for s in unit]
+    return _execute(plan, w["plugins"], unit, w["device"], w["storage"])
 
 
-def work_unit(setup: PoolSetup, unit: list[int]) -> list[tuple]:
-    """Execute a unit of the sweep in whatever process an executor runs it in."""
+def work_unit(setup: PoolSetup, unit: Unit) -> list[WorkerResult]:
+    """Execute a unit of the sweep in whatever process an executor runs it in: the specs
+    and the setup are all it needs."""
     _init_worker(setup)
     return _work(unit)
 
 
-class ExecutorLost(RuntimeError):
-    """An executor can no longer deliver the results of the units it was given."""
-
-
-def _in_pool(units: list[list[int]], setup: PoolSetup, workers: int) -> Iterator[tuple]:
+def _in_pool(units: list[Unit], setup: PoolSetup, workers: int) -> Iterator[WorkerResult]:
     context = multiprocessing.get_context("spawn")
     try:
         slots = context.Value("i", 0)
@@ -196,7 +192,7 @@ def run_sweep(
     setup: PoolSetup | None = None,
     stack: bool = True,
     storage: RunStorage | None = None,
-    executor: Any = None,
+    executor: Executor | None = None,
 ) -> SweepReport:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
     ``storage`` says where trained stages are reused from and checkpoints go; runs that
@@ -228,16 +224,19 @@ def run_sweep(
         spec = plan.runs[index]
         return f"{labels[index][0]} on {labels[index][1]}, N_L={spec.budget}, seed {spec.seed}"
 
-    def record(index: int, status: str, payload: Any, wall: float) -> None:
-        spec = plan.runs[index]
-        if status == "done":
-            assert isinstance(payload, RunOutcome)
-            store.finish(spec.run_id, payload, wall)
+    index_of = {spec.run_id: index for index, spec in enumerate(plan.runs)}
+
+    def record(result: WorkerResult) -> int:
+        index = index_of[result.run_id]
+        if result.outcome is not None:
+            store.finish(result.run_id, result.outcome, result.wall)
             report.done += 1
         else:
-            store.fail(spec.run_id, payload[0], wall)
-            report.failed.append((describe(index), payload[1]))
-        notify(status, describe(index))
+            assert result.failure is not None
+            store.fail(result.run_id, result.failure.traceback, result.wall)
+            report.failed.append((describe(index), result.failure.summary))
+        notify(result.status, describe(index))
+        return index
 
     # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
     # so a pool takes runs one at a time.
@@ -264,17 +263,17 @@ def run_sweep(
     remote = executor is not None or (workers > 1 and len(units) > 1)
     if remote:
         if setup is None:
-            raise ValueError("running elsewhere needs the PoolSetup to rebuild the plan there")
+            raise ValueError("running elsewhere needs the PoolSetup")
         units = [u for u in map(claim, units) if u]
         where = executor.describe() if executor is not None else f"{workers} workers"
         notify("start", f"{sum(map(len, units))} runs on {where}")
-        results = (executor.run(units, setup) if executor is not None
-                   else _in_pool(units, setup, workers))  # fmt: skip
+        shipped = [[plan.runs[i] for i in unit] for unit in units]
+        results = (executor.run(shipped, setup) if executor is not None
+                   else _in_pool(shipped, setup, workers))  # fmt: skip
         finished: set[int] = set()
         try:
-            for index, status, payload, wall in results:
-                record(index, status, payload, wall)
-                finished.add(index)
+            for result in results:
+                finished.add(record(result))
         except ExecutorLost as exc:
             # A worker or job died (killed, out of memory, pre-empted for good): its runs and
             # the ones not started are marked interrupted; the next sweep resumes them.
@@ -290,6 +289,6 @@ def run_sweep(
         notify(
             "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
         )
-        for index, status, payload, wall in _execute(plan, plugins, unit, device, storage):
-            record(index, status, payload, wall)
+        for result in _execute(plan, plugins, [plan.runs[i] for i in unit], device, storage):
+            record(result)
     return report

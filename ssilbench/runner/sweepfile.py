@@ -252,17 +252,18 @@ def plan_blocks(
     return plan, sweeps
 
 
-def panel_titles(plugins, sweep_file: SweepFile, data_root: Path, quick: bool) -> dict[str, str]:
-    """Run id -> the figure panel it is drawn in: the block's panel, the environment, and the
-    values of the block's list-valued options."""
-    from ssilbench.runner.plan import build_plan
+def panel_titles(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, str]:
+    """Design id (:attr:`RunSpec.design_id`) -> the figure panel its runs are drawn in: the
+    block's panel, the environment, and the values of the block's list-valued options.
+    Resolved without opening a dataset or needing a simulator."""
+    from ssilbench.runner.plan import resolve
 
     titles: dict[str, str] = {}
     for block in sweep_file.blocks(quick):
         axes = [k for k, v in block.options.items() if isinstance(v, list)]
         for sweep in block.sweeps():
-            for spec in build_plan(plugins, sweep, data_root).runs:
+            for spec in resolve(plugins, sweep):
                 extra = "".join(f", {k}={spec.options[k]}" for k in axes)
                 head = f"{block.panel}: " if block.panel else ""
-                titles.setdefault(spec.run_id, f"{head}{spec.env}{extra}")
+                titles.setdefault(spec.design_id, f"{head}{spec.env}{extra}")
     return titles

@@ -124,7 +124,7 @@ def stage_scope(spec: RunSpec, task: TaskInfo) -> dict[str, Any]:
     return {"env": Plan.task_key(spec), "data": data, "seed": spec.seed, "budget": spec.budget}
 
 
-def prepare(
+def set_up_run(
     spec: RunSpec,
     method: MethodInfo,
     task: TaskInfo,
@@ -251,7 +251,7 @@ def execute(
     overlap_eval: bool | None = None,
 ) -> RunOutcome:
     """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
-    run = prepare(spec, method, task, plugins, device, storage, overlap_eval)
+    run = set_up_run(spec, method, task, plugins, device, storage, overlap_eval)
     try:
         policy = method.cls().fit(run.ctx)
     except BaseException:
@@ -271,7 +271,9 @@ def execute_many(
 ) -> list[RunOutcome]:
     """Runs of one method and task that differ only in budget and seed, fitted together
     through the method's ``fit_many`` (one stacked computation)."""
-    runs = [prepare(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs]
+    runs = [
+        set_up_run(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs
+    ]
     try:
         policies = method.cls().fit_many([run.ctx for run in runs])
     except BaseException:

@@ -1,0 +1,53 @@
+"""What besides its names and settings decides a run's result, as short fingerprints.
+
+A run's identity (:attr:`ssilbench.runner.spec.RunSpec.run_id`) hashes its spec, and the
+spec carries these fingerprints, so that a plugin that changes its evaluation protocol, a
+dataset that is regenerated or imported again, or a new release of a plugin makes new runs
+instead of silently mixing old and new rows in one leaderboard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ssilbench.api import EnvSpec
+from ssilbench.data.datasets import TransitionStore
+from ssilbench.registry import Registry
+
+# EnvSpec fields that describe a task without deciding any result (the Procgen complexity
+# classes an analysis groups games by).
+DESCRIPTIVE = frozenset({"metadata"})
+
+
+def _digest(doc: Any) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def protocol_fingerprint(spec: EnvSpec) -> str:
+    """The task's protocol: every field of its EnvSpec that can change a result (spaces,
+    horizon, evaluation episodes and seed, action selection, normaliser, default steps and
+    architecture, ...)."""
+    return _digest(spec.model_dump(mode="json", exclude=set(DESCRIPTIVE)))
+
+
+def dataset_fingerprint(store: TransitionStore) -> str:
+    """The dataset's manifest: its producer (generator and version, or the imported files),
+    its shapes and the sha256 of every array."""
+    return _digest(store.manifest)
+
+
+def plugin_versions(registries: list[tuple[Registry[Any], str]]) -> dict[str, str]:
+    """Plugin name -> "distribution version" of the plugins that provide the given
+    registry entries (a plugin loaded from a module path outside any distribution:
+    "unversioned")."""
+    out: dict[str, str] = {}
+    for registry, name in registries:
+        origin = registry.entries[name].origin
+        if origin.distribution:
+            out[origin.plugin] = f"{origin.distribution} {origin.version or 'unversioned'}"
+        else:
+            out[origin.plugin] = "unversioned"
+    return out
