@@ -17,7 +17,12 @@ the core module that defines it on first access, so this module stays light):
   cache, to build a :class:`ssilbench.api.RunContext` by hand;
 - ``rollout_returns``, ``run_episodes`` and ``Evaluator``: rollouts as the evaluation does
   them; ``TestSetScorer(test_set, device)(policy)``: the test-set metrics;
-- ``partial_path(root)``: where a store is written before it is complete.
+- ``partial_path(root)``: where a store is written before it is complete;
+- ``random_store(spec, root)``: a small store of random frames and actions of a task's
+  shape, for testing a method or an architecture on a task without its data;
+- ``Stacked(nets, context=None)``: copies of a module run as one, through the module's
+  ``stacked_forward`` fast path when given its ``stacked_encode`` context, else ``vmap``
+  (test an architecture's fast path against the plain one).
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ssilbench.api import Task
+from ssilbench.api import EnvSpec, Task
 
 if TYPE_CHECKING:
-    from ssilbench.data.datasets import partial_path
+    from ssilbench.data.dataset_writer import partial_path
+    from ssilbench.data.datasets import TransitionStore
     from ssilbench.data.split import split
     from ssilbench.eval.diagnostics import TestSetScorer
     from ssilbench.eval.rollout import Evaluator, rollout_returns, run_episodes
@@ -39,6 +45,7 @@ if TYPE_CHECKING:
     from ssilbench.runner.plan import build_plan
     from ssilbench.runner.spec import Sweep
     from ssilbench.runner.worker import RunStorage, execute, execute_many
+    from ssilbench.train.batched import Stacked
     from ssilbench.train.budget import check_stages
     from ssilbench.train.memo import StageCache
 
@@ -47,6 +54,7 @@ __all__ = [
     "Evaluator",
     "RunStorage",
     "StageCache",
+    "Stacked",
     "Sweep",
     "TestSetScorer",
     "build_plan",
@@ -58,6 +66,7 @@ __all__ = [
     "execute_many",
     "load_plugins",
     "partial_path",
+    "random_store",
     "rollout_returns",
     "run_episodes",
     "split",
@@ -78,7 +87,8 @@ _HARNESS = {
     "run_episodes": "ssilbench.eval.rollout",
     "Evaluator": "ssilbench.eval.rollout",
     "TestSetScorer": "ssilbench.eval.diagnostics",
-    "partial_path": "ssilbench.data.datasets",
+    "partial_path": "ssilbench.data.dataset_writer",
+    "Stacked": "ssilbench.train.batched",
 }
 
 
@@ -250,3 +260,37 @@ def check_task(task: Task, root: Path, num_envs: int = 4, seed: int = 0) -> None
     """Every conformance check on one task; raises ConformanceError on the first failure."""
     check_vector_env(task, num_envs=num_envs, seed=seed)
     check_dataset(task, root)
+
+
+def random_store(
+    spec: EnvSpec, root: Path, episodes: int = 3, length: int = 20, seed: int = 0
+) -> TransitionStore:
+    """A store of ``episodes`` episodes of ``length`` random frames of the task's shape
+    (extra observations included) and random actions within its action space, written at
+    ``root``: what a method or an architecture needs to train on a task without its data."""
+    from ssilbench.data.datasets import TransitionStore
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    n = episodes * length
+
+    def frames(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        if dtype == "uint8":
+            return rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+        return rng.standard_normal((n, *shape)).astype(dtype)
+
+    if spec.action_kind == "continuous":
+        low, high = np.asarray(spec.action_low), np.asarray(spec.action_high)
+        actions = rng.uniform(low, high, size=(n, spec.num_actions)).astype(np.float32)
+    else:
+        actions = rng.integers(0, spec.num_actions, size=n)
+    extras = {name: frames(shape, dtype) for name, (shape, dtype) in spec.extra_obs.items()}
+    ends = np.arange(length, n + 1, length)
+    return TransitionStore.write(
+        root,
+        frames(spec.obs_shape, spec.obs_dtype),
+        actions,
+        np.zeros(n, np.float32),
+        ends,
+        {"random_store": {"seed": seed}},
+        extras=extras,
+    )

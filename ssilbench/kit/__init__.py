@@ -3,93 +3,160 @@
 Together with :mod:`ssilbench.api` (the contract) this is everything a plugin may import
 from the core (``docs/plugin-authors.md``, "What a plugin may import"); a plugin's tests may
 also import :mod:`ssilbench.testing`. The names are defined in the core modules that use
-them and gathered here, so that the core can move things around without breaking plugins.
+them and gathered here, so that the core can move things without breaking plugins.
 
-This module imports torch: import it from method, environment and architecture modules
-(the lazy targets), never from a plugin's registration module.
+Each name is imported from its defining module on first access, so a module that takes only
+light names (``TransitionStore``, ``import_optional``) does not import torch; names of the
+training helpers do.
 """
 
 from __future__ import annotations
 
-from ssilbench.data.batches import ArgmaxRows, ArrayRows, FrameInputs, RowSource, TransitionFrames
-from ssilbench.data.datasets import TransitionStore, TransitionStoreWriter, sha256_file
-from ssilbench.data.split import LabeledView, UnlabeledView
-from ssilbench.data.tensors import as_model_input, pair, pair_shape
-from ssilbench.kit.nets import ImpalaTrunk, mlp
-from ssilbench.kit.registered import architecture
-from ssilbench.plugins import available, import_optional
-from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.budget import StageBudget, StagePlan
-from ssilbench.train.checkpoint import save_atomic
-from ssilbench.train.loop import StoppingRule, optimise
-from ssilbench.train.memo import reuse_or_train
-from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
-from ssilbench.train.schedule import WarmupLinear
-from ssilbench.train.speed import Speed
-from ssilbench.train.supervised import (
-    ClassifierPolicy,
-    RegressionVideoModel,
-    VMIDMPolicy,
-    build_net,
-    fit_classifier,
-    fit_regressor,
-    fit_rows,
-    label_rows,
-    labeled_actions,
-    labeled_tensors,
-    predict,
-    speed_of,
-    unlabeled_tensors,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ssilbench.data.batches import (
+        ArgmaxRows,
+        ArrayRows,
+        FrameInputs,
+        RowSource,
+        TransitionFrames,
+    )
+    from ssilbench.data.dataset_writer import TransitionStoreWriter
+    from ssilbench.data.datasets import TransitionStore, sha256_file
+    from ssilbench.data.split import LabeledView, UnlabeledView
+    from ssilbench.data.tensors import as_model_input, pair, pair_shape
+    from ssilbench.kit.nets import ImpalaTrunk, mlp
+    from ssilbench.kit.registered import architecture
+    from ssilbench.plugins import available, import_optional
+    from ssilbench.train.batched import fit_classifiers
+    from ssilbench.train.budget import StageBudget, StagePlan
+    from ssilbench.train.checkpoint import save_atomic
+    from ssilbench.train.loop import StoppingRule, optimise
+    from ssilbench.train.memo import reuse_or_train
+    from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
+    from ssilbench.train.schedule import WarmupLinear
+    from ssilbench.train.speed import Speed
+    from ssilbench.train.supervised import (
+        ClassifierPolicy,
+        RegressionVideoModel,
+        VMIDMPolicy,
+        build_net,
+        fit_classifier,
+        fit_regressor,
+        fit_rows,
+        label_rows,
+        labeled_actions,
+        labeled_tensors,
+        predict,
+        speed_of,
+        unlabeled_tensors,
+    )
+
+# Defining module -> the names this toolkit takes from it.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    # data: the store, the views of a split, model inputs read per minibatch
+    "ssilbench.data.datasets": ("TransitionStore", "sha256_file"),
+    "ssilbench.data.dataset_writer": ("TransitionStoreWriter",),
+    "ssilbench.data.split": ("LabeledView", "UnlabeledView"),
+    "ssilbench.data.tensors": ("as_model_input", "pair", "pair_shape"),
+    "ssilbench.data.batches": (
+        "ArgmaxRows",
+        "ArrayRows",
+        "FrameInputs",
+        "RowSource",
+        "TransitionFrames",
+    ),
+    # training: fits that spend a stage's budget, labels kept in the stage cache, policies
+    "ssilbench.train.budget": ("StageBudget", "StagePlan"),
+    "ssilbench.train.loop": ("StoppingRule", "optimise"),
+    "ssilbench.train.schedule": ("WarmupLinear",),
+    "ssilbench.train.speed": ("Speed",),
+    "ssilbench.train.supervised": (
+        "ClassifierPolicy",
+        "RegressionVideoModel",
+        "VMIDMPolicy",
+        "build_net",
+        "fit_classifier",
+        "fit_regressor",
+        "fit_rows",
+        "label_rows",
+        "labeled_actions",
+        "labeled_tensors",
+        "predict",
+        "speed_of",
+        "unlabeled_tensors",
+    ),
+    "ssilbench.train.batched": ("fit_classifiers",),
+    "ssilbench.train.memo": ("reuse_or_train",),
+    "ssilbench.train.checkpoint": ("save_atomic",),
+    # unified (multi-role) architectures
+    "ssilbench.train.roles": ("RoleModel", "SamplingPath", "UnifiedArchitecture", "unified"),
+    # shared network blocks, and registered architectures by name
+    "ssilbench.kit.nets": ("ImpalaTrunk", "mlp"),
+    "ssilbench.kit.registered": ("architecture",),
+    # optional simulators
+    "ssilbench.plugins": ("available", "import_optional"),
+}
+_MODULE_OF = {name: module for module, names in _SOURCES.items() for name in names}
 
 __all__ = [
-    # data: the store, the views of a split, model inputs read per minibatch
     "ArgmaxRows",
     "ArrayRows",
-    "FrameInputs",
-    "LabeledView",
-    "RowSource",
-    "TransitionFrames",
-    "TransitionStore",
-    "TransitionStoreWriter",
-    "UnlabeledView",
-    "as_model_input",
-    "pair",
-    "pair_shape",
-    "sha256_file",
-    # training: fits that spend a stage's budget, labels kept in the stage cache, policies
     "ClassifierPolicy",
+    "FrameInputs",
+    "ImpalaTrunk",
+    "LabeledView",
     "RegressionVideoModel",
+    "RoleModel",
+    "RowSource",
+    "SamplingPath",
     "Speed",
     "StageBudget",
     "StagePlan",
     "StoppingRule",
+    "TransitionFrames",
+    "TransitionStore",
+    "TransitionStoreWriter",
+    "UnifiedArchitecture",
+    "UnlabeledView",
     "VMIDMPolicy",
     "WarmupLinear",
+    "architecture",
+    "as_model_input",
+    "available",
     "build_net",
     "fit_classifier",
     "fit_classifiers",
     "fit_regressor",
     "fit_rows",
+    "import_optional",
     "label_rows",
     "labeled_actions",
     "labeled_tensors",
+    "mlp",
     "optimise",
+    "pair",
+    "pair_shape",
     "predict",
     "reuse_or_train",
     "save_atomic",
+    "sha256_file",
     "speed_of",
-    "unlabeled_tensors",
-    # unified (multi-role) architectures
-    "RoleModel",
-    "SamplingPath",
-    "UnifiedArchitecture",
     "unified",
-    # networks and registered names
-    "ImpalaTrunk",
-    "architecture",
-    "mlp",
-    # optional simulators
-    "available",
-    "import_optional",
+    "unlabeled_tensors",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Module-level attribute hook: the defining module is imported on first access.
+    if name in _MODULE_OF:
+        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+        globals()[name] = value  # later accesses skip this hook
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
