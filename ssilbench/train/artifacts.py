@@ -32,7 +32,7 @@ from ssilbench.data.batches import (
     chunks,
     row_bytes,
 )
-from ssilbench.data.datasets import AppendedArray
+from ssilbench.data.dataset_writer import AppendedArray
 from ssilbench.train.memo import ROWS_SUFFIX as SUFFIX
 from ssilbench.train.memo import StageCache
 
