@@ -19,7 +19,7 @@ from torch import nn
 
 from ssilbench.api import Stage
 from ssilbench.cli import cli as ssilbench_cli
-from ssilbench.train import memo
+from ssilbench.train import leases
 from ssilbench.train.budget import StagePlan
 from ssilbench.train.memo import StageCache, reusable, reuse_or_train
 from ssilbench.train.supervised import fit_classifier
@@ -161,9 +161,9 @@ STEPS = 25
 
 @pytest.fixture
 def fast_leases(monkeypatch):
-    monkeypatch.setattr(memo, "LEASE_HEARTBEAT_S", 0.05)
-    monkeypatch.setattr(memo, "LEASE_STALE_S", 0.5)
-    monkeypatch.setattr(memo, "LEASE_POLL_S", 0.02)
+    monkeypatch.setattr(leases, "LEASE_HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(leases, "LEASE_STALE_S", 0.5)
+    monkeypatch.setattr(leases, "LEASE_POLL_S", 0.02)
 
 
 def plain_stage(cache):
@@ -193,7 +193,7 @@ def fresh_net() -> nn.Linear:
 
 def foreign_lease(cache, key=KEY, *, host="elsewhere", pid=4242, heartbeat_age=0.0, **extra):
     """A lease file as another process (here or on another machine) leaves it."""
-    path = cache.root / key[:2] / f"{key}{memo.LEASE_SUFFIX}"
+    path = cache.root / key[:2] / f"{key}{leases.LEASE_SUFFIX}"
     path.parent.mkdir(parents=True, exist_ok=True)
     holder = {"host": host, "pid": pid, "started": time.time() - heartbeat_age,
               "token": "theirs", **extra}  # fmt: skip
@@ -211,7 +211,7 @@ def dead_pid() -> int:
 
 def _race(root, marks, barrier, results, poll_s):
     """One of several processes that need the same stage at the same time."""
-    memo.LEASE_POLL_S = poll_s
+    leases.LEASE_POLL_S = poll_s
     budget = plain_stage(StageCache(root))
     net = fresh_net()
     messages: list[str] = []
@@ -259,9 +259,9 @@ def test_concurrent_processes_train_a_stage_once(tmp_path):
 def test_a_lease_left_by_a_dead_process_on_this_host_is_taken_over(
     tmp_path, fast_leases, monkeypatch
 ):
-    monkeypatch.setattr(memo, "LEASE_STALE_S", 60.0)  # its heartbeat is fresh
+    monkeypatch.setattr(leases, "LEASE_STALE_S", 60.0)  # its heartbeat is fresh
     cache = StageCache(tmp_path)
-    foreign_lease(cache, host=socket.gethostname(), pid=dead_pid(), pidns=memo._pidns())
+    foreign_lease(cache, host=socket.gethostname(), pid=dead_pid(), pidns=leases._pidns())
     budget, net, messages, marks = plain_stage(cache), fresh_net(), [], []
     started = time.monotonic()
     reused = cache.once(KEY, net, budget, ticking(budget, net, 1.0, marks), log=messages.append)
@@ -274,7 +274,7 @@ def test_a_lease_left_by_a_dead_process_on_this_host_is_taken_over(
 def test_a_lease_of_another_host_is_broken_only_when_its_heartbeat_is_old(
     tmp_path, fast_leases, monkeypatch
 ):
-    monkeypatch.setattr(memo, "LEASE_STALE_S", 2.0)
+    monkeypatch.setattr(leases, "LEASE_STALE_S", 2.0)
     cache, messages = StageCache(tmp_path), []
     foreign_lease(cache, heartbeat_age=5.0)
     with cache.lease(KEY, wait=False, log=messages.append) as held:
