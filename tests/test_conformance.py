@@ -4,40 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from ssilbench.api import provides
+from ssilbench.api import PluginError, UsageError, provides
 from ssilbench.plugins import load_plugins
 from ssilbench.testing import ConformanceError, check_task, check_vector_env
 
 PLUGINS = load_plugins()
 
 # Procgen ships 16 games; a full check replays 1,000 steps twice, so a few games of each
-# complexity class run here (tests/test_procgen_env.py replays a short stretch of every game).
+# complexity class run here (tests/plugins/procgen/test_procgen_env.py replays a short
+# stretch of every game).
 PROCGEN_CHECKED = ("starpilot", "plunder", "ninja", "leaper")
 # A LIBERO simulator takes seconds to build and reset: one task is checked here, with one
-# sub-environment and short episodes (tests/test_libero_env.py covers the rest).
+# sub-environment and short episodes (tests/plugins/libero/test_libero_env.py covers the
+# rest).
 LIBERO_CHECKED = "soup-sauce-basket"
 SHORT = {"libero10": {"protocol": "smoke", "max_steps": 3}, "pusht": {"max_steps": 12}}
 NUM_ENVS = {"libero10": 1}
 
 
-def _procgen_missing() -> str | None:
+def _skip_without_simulator(task) -> None:
+    """Skip when the simulator the task's rollouts need is missing: the task says so itself
+    (``Task.check_rollouts``), naming what to install."""
     try:
-        from ssilbench_procgen.vec_env import procgen_available
-    except ImportError:
-        return "the procgen plugin is not installed"
-    if not procgen_available():
-        return "procgen is not importable (pip install 'ssilbench[procgen]')"
-    return None
-
-
-def _libero_missing() -> str | None:
-    try:
-        from ssilbench_libero.sim import libero_available
-    except ImportError:
-        return "the libero plugin is not installed"
-    if not libero_available():
-        return "LIBERO is not importable (pip install 'ssilbench[libero]')"
-    return None
+        task.check_rollouts()
+    except (PluginError, UsageError) as exc:
+        pytest.skip(str(exc))
 
 
 def _cases():
@@ -50,13 +41,7 @@ def _cases():
                 family == "libero10" and task != LIBERO_CHECKED
             ):
                 continue
-            marks = ()
-            if family == "procgen" and (reason := _procgen_missing()):
-                marks = (pytest.mark.skip(reason=reason),)
-            if family == "libero10":
-                marks = (pytest.mark.slow,)
-                if reason := _libero_missing():
-                    marks += (pytest.mark.skip(reason=reason),)
+            marks = (pytest.mark.slow,) if family == "libero10" else ()
             for state in ("position", "image") if has_state else (None,):
                 label = f"{family}:{task}" + (f"-{state}" if state else "")
                 yield pytest.param(family, task, state, id=label, marks=marks)
@@ -67,6 +52,7 @@ def test_environment_conforms(family, task, state, tmp_path):
     environment = PLUGINS.environments.create(family)
     values = {**SHORT.get(family, {}), **({"state": state} if state else {})}
     loaded = environment.load(task, environment.Options(**values))
+    _skip_without_simulator(loaded)
     if provides(environment, "import_dataset"):
         # Its data is imported from a download: the plugin's own tests check the dataset
         # on files they write in the published layout.

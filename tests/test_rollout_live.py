@@ -10,7 +10,7 @@ from gymnasium.vector import VectorEnv
 
 from ssilbench.api import EnvSpec, Normaliser, Policy
 from ssilbench.eval.rollout import Evaluator, run_episodes
-from ssilbench_maze.environment import MazeEnvironment
+from ssilbench.plugins import load_plugins
 
 CPU = torch.device("cpu")
 LENGTHS = (1, 3, 5, 7)  # first-episode length of each sub-environment
@@ -129,7 +129,8 @@ class Linear(Policy):
 
 
 def _maze(action_selection: str):
-    task = MazeEnvironment().load("10x10", MazeEnvironment.Options())
+    maze = load_plugins().environments.create("maze")
+    task = maze.load("10x10", maze.Options())
     task.spec = task.spec.model_copy(update={"action_selection": action_selection})
     return task
 

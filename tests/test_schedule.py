@@ -12,8 +12,6 @@ from ssilbench.train.budget import StagePlan
 from ssilbench.train.loop import optimise
 from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.supervised import fit_classifier
-from ssilbench_baselines.impala import PROCGEN_SCHEDULE
-from ssilbench_lapo.world_model import WORLD_MODEL_SCHEDULE
 
 
 def test_factor_rises_then_decays_to_its_end():
@@ -27,18 +25,6 @@ def test_factor_rises_then_decays_to_its_end():
     assert all(a <= b for a, b in zip(factors[:peak], factors[1 : peak + 1], strict=True))
     assert all(a >= b for a, b in zip(factors[peak:-1], factors[peak + 1 :], strict=True))
     assert factors[-1] == pytest.approx(0.0, abs=1e-12)
-
-
-def test_the_papers_schedules():
-    # Stage 1: 10% -> 100% over 50 of 50k steps -> 1%; later stages 1% -> 100% over 1k of 60k -> 0.
-    assert WORLD_MODEL_SCHEDULE.factor(0, 50_000) == pytest.approx(0.1)
-    assert WORLD_MODEL_SCHEDULE.factor(50, 50_000) == pytest.approx(1.0)
-    assert WORLD_MODEL_SCHEDULE.factor(49_999, 50_000) == pytest.approx(0.01)
-    assert PROCGEN_SCHEDULE.factor(0, 60_000) == pytest.approx(0.01)
-    assert PROCGEN_SCHEDULE.factor(1000, 60_000) == pytest.approx(1.0)
-    assert PROCGEN_SCHEDULE.factor(59_999, 60_000) == pytest.approx(0.0, abs=1e-12)
-    # --steps-scale keeps the shape: the same shares of a 600-step stage.
-    assert PROCGEN_SCHEDULE.factor(10, 600) == pytest.approx(1.0)
 
 
 def test_optimise_takes_steps_of_the_scheduled_size():

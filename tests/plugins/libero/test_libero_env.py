@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from ssilbench.errors import UnknownNameError, UsageError
-from ssilbench.plugins import load_plugins
+from ssilbench.api import UnknownNameError, UsageError
+from ssilbench.testing import load_plugins
 from ssilbench_libero.environment import Libero10Environment, Libero10Options
 from ssilbench_libero.sim import libero_available
 from ssilbench_libero.tasks import BY_ID, PROTOCOLS, TASK_IDS, TASKS
@@ -308,7 +308,7 @@ def test_core_rollout_reports_success_rate(smoke):
     import torch
 
     from ssilbench.api import Policy
-    from ssilbench.eval.rollout import run_episodes
+    from ssilbench.testing import run_episodes
 
     class RandomChunks(Policy):
         def probs(self, obs):

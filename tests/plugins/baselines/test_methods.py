@@ -5,14 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssilbench.errors import ConfigError
-from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
-from ssilbench.runner.worker import execute, execute_many
+from ssilbench.api import ConfigError
+from ssilbench.testing import Sweep, build_plan, execute, execute_many, load_plugins
 from ssilbench_baselines import idm_labeling as idm_labeling_module
 from ssilbench_baselines.architectures import CNN1, CNN5, MLP5, LinearClassifier
-from ssilbench_maze.environment import MazeTask
 
 PLUGINS = load_plugins()
 CPU = torch.device("cpu")
@@ -68,7 +64,10 @@ def test_stage_plans_follow_the_config(data_root):
 
 
 def test_ground_truth_video_model_is_required_when_asked_for(data_root, monkeypatch):
-    monkeypatch.setattr(MazeTask, "video_model", lambda self: None)
+    # The maze's tasks, as the registry gives them, without their ground-truth video model.
+    maze = PLUGINS.environments.create("maze")
+    maze_task = type(maze.load("10x10", maze.Options()))
+    monkeypatch.setattr(maze_task, "video_model", lambda self: None)
     with pytest.raises(ConfigError, match="no ground-truth video model"):
         _run(data_root, "vm_idm", config={"video_model": "ground_truth"})
     auto = _run(data_root, "vm_idm", steps=100)  # auto falls back to a learned model

@@ -13,14 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from ssilbench.data.tensors import as_model_input, pair
-from ssilbench.eval.diagnostics import TestSetScorer
-from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
-from ssilbench.runner.worker import execute
-from ssilbench.train.supervised import VMIDMPolicy
-from ssilbench_baselines.architectures import CNN1, LinearClassifier
+from ssilbench.kit import VMIDMPolicy, architecture, as_model_input, pair
+from ssilbench.testing import Sweep, TestSetScorer, build_plan, execute, load_plugins
 from ssilbench_maze.analytic import conv_idm, kernel_patterns, linear_idm, move_patches
 from ssilbench_maze.environment import MazeEnvironment, MazeOptions, MazeTask
 from ssilbench_maze.expert import MOVES, transition
@@ -84,7 +78,7 @@ def _same_structure(built: nn.Module, reference: nn.Module) -> None:
 
 def test_linear_idm_is_a_linear_classifier_on_the_stacked_pair():
     net = linear_idm(TAU)
-    _same_structure(net, LinearClassifier().build((4,), 4))
+    _same_structure(net, architecture("lc").build((4,), 4))
     linear = net[1]
     assert isinstance(linear, nn.Linear) and (linear.in_features, linear.out_features) == (4, 4)
     # logits = W (s' - s) / tau on (x, y, x', y'): rows of W are the actions' moves, with
@@ -96,7 +90,7 @@ def test_linear_idm_is_a_linear_classifier_on_the_stacked_pair():
 
 def test_conv_idm_is_a_one_layer_cnn_with_w_equal_minus_v():
     net = conv_idm(TAU)
-    _same_structure(net, CNN1().build((6, 11, 11), 4))
+    _same_structure(net, architecture("cnn1").build((6, 11, 11), 4))
     conv = net[0]
     assert (conv.kernel_size, conv.padding, conv.stride) == ((3, 3), (0, 0), (1, 1))
     assert torch.all(conv.bias == 0)

@@ -15,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.datasets import TransitionStore, partial_path
-from ssilbench.errors import DatasetError
-from ssilbench.testing import check_task
+from ssilbench.api import DatasetError, TransitionStore
+from ssilbench.testing import check_task, partial_path
 from ssilbench_pusht.environment import PushTEnvironment, PushTOptions, dataset_dir
 from ssilbench_pusht.vec_env import pusht_available
 

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from ssilbench.errors import UnknownNameError
-from ssilbench.plugins import load_plugins
+from ssilbench.api import UnknownNameError
+from ssilbench.testing import load_plugins
 from ssilbench_pusht.environment import MAX_EPISODE_STEPS, PushTEnvironment, PushTOptions
 from ssilbench_pusht.vec_env import pusht_available
 
@@ -27,11 +27,8 @@ def test_registered_with_one_task_and_light_imports():
     plugins = load_plugins()
     assert "pusht" in plugins.environments
     environment = plugins.environments.create("pusht")
+    # One task: '--env pusht', the bare family, expands to every task, i.e. 'pusht:pusht'.
     assert environment.tasks() == ["pusht"]
-    # '--env pusht' is the bare family, which the core expands to every task: 'pusht:pusht'.
-    from ssilbench.runner.plan import _expand_envs
-
-    assert _expand_envs(plugins, ["pusht"]) == [("pusht", "pusht")]
     # Loading a task must not import the simulator, zarr or torch (listing stays fast).
     code = (
         "import sys; from ssilbench_pusht.environment import PushTEnvironment as E; "
@@ -273,7 +270,7 @@ def test_episode_score_is_the_max_coverage_reward_and_success_is_reported():
     (coverage > 0.95) is reported per episode."""
     import torch
 
-    from ssilbench.eval.rollout import run_episodes
+    from ssilbench.testing import run_episodes
     from ssilbench_pusht.vec_env import PushTVectorEnv
 
     class Placed(_Placed, PushTVectorEnv):

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from ssilbench.errors import ConfigError, UnknownNameError
-from ssilbench.plugins import load_plugins
+from ssilbench.api import ConfigError, UnknownNameError
+from ssilbench.testing import load_plugins
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.games import ACTION_NAMES, GAMES, LAPO_RANGES, PROCGEN_RANGES
 from ssilbench_procgen.vec_env import procgen_available
@@ -116,7 +116,7 @@ def test_evaluation_runs_every_episode_to_its_end():
     import torch
 
     from ssilbench.api import Policy
-    from ssilbench.eval.rollout import rollout_returns
+    from ssilbench.testing import rollout_returns
 
     class Uniform(Policy):
         def probs(self, obs):
@@ -176,7 +176,7 @@ def test_the_evaluator_builds_procgen_once_per_run():
     import torch
 
     from ssilbench.api import Policy
-    from ssilbench.eval.rollout import Evaluator
+    from ssilbench.testing import Evaluator
 
     class Uniform(Policy):
         def probs(self, obs):

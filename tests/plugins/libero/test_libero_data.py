@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.datasets import partial_path
-from ssilbench.errors import DatasetError, UsageError
-from ssilbench.testing import check_dataset
+from ssilbench.api import DatasetError, UsageError
+from ssilbench.testing import check_dataset, partial_path
 from ssilbench_libero.environment import Libero10Environment, Libero10Options, dataset_dir
 from ssilbench_libero.tasks import BY_ID, TASKS
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from ssilbench.api import Stage
-from ssilbench.train.batched import Stacked, fit_classifiers
-from ssilbench.train.budget import StagePlan
-from ssilbench.train.loop import StoppingRule
-from ssilbench.train.supervised import fit_classifier
+from ssilbench.api import Stage, StagePlan, StoppingRule
+from ssilbench.kit import fit_classifier, fit_classifiers
+from ssilbench.testing import Stacked
 from ssilbench_baselines.architectures import MLP5, LinearClassifier
 
 

@@ -11,18 +11,16 @@ import pydantic
 import pytest
 import torch
 
-from ssilbench.api import Policy
-from ssilbench.data.tensors import as_model_input
-from ssilbench.errors import DatasetError, UnknownNameError
-from ssilbench.eval import diagnostics
-from ssilbench.eval.rollout import rollout_returns
+from ssilbench.api import DatasetError, Policy, UnknownNameError
+from ssilbench.kit import as_model_input
+from ssilbench.testing import TestSetScorer, rollout_returns
 from ssilbench_maze.environment import MazeEnvironment, MazeTask
 from ssilbench_maze.expert import MOVES, NO_ACTION, transition
 from ssilbench_maze.generate import Maze, generate_maze
 from ssilbench_maze.gym_env import COLOURS, MazeEnv
 
 CPU = torch.device("cpu")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def load(task: str = "10x10", **options) -> MazeTask:
@@ -311,7 +309,7 @@ def test_expert_rollout_reaches_goal_in_every_sub_env(state):
 
 
 def scored_accuracy(task: MazeTask, policy: Policy) -> float:
-    return diagnostics.TestSetScorer(task.test_set(), CPU)(policy)["test_accuracy"]
+    return TestSetScorer(task.test_set(), CPU)(policy)["test_accuracy"]
 
 
 @pytest.mark.parametrize("state", ["position", "image"])
@@ -330,7 +328,7 @@ def test_test_set_is_every_feasible_state_with_expert_action_and_v_star(state):
 def test_test_accuracy_is_one_for_the_expert_only():
     task = load()
     assert "metrics" not in vars(MazeTask)  # the core scores the test set
-    scores = diagnostics.TestSetScorer(task.test_set(), CPU)(ExpertTablePolicy(task.maze))
+    scores = TestSetScorer(task.test_set(), CPU)(ExpertTablePolicy(task.maze))
     assert scores["test_accuracy"] == 1.0 and scores["policy_entropy"] == pytest.approx(0.0)
     for a in range(4):
         assert scored_accuracy(task, ExpertTablePolicy(task.maze, constant=a)) < 1.0

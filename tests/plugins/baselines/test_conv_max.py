@@ -5,19 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ssilbench.api import Stage
-from ssilbench.data.tensors import as_model_input, pair
-from ssilbench.train.batched import Stacked, fit_classifiers
-from ssilbench.train.budget import StagePlan
-from ssilbench.train.loop import StoppingRule
-from ssilbench.train.supervised import fit_classifier
+from ssilbench.api import Stage, StagePlan, StoppingRule
+from ssilbench.kit import as_model_input, fit_classifier, fit_classifiers, pair
+from ssilbench.testing import Stacked, load_plugins
 from ssilbench_baselines.architectures import CNN1
 from ssilbench_baselines.conv_max import distinct_patch_ids
-from ssilbench_maze.environment import MazeEnvironment, MazeOptions
+
+
+def _image_maze(size: str):
+    """A maze task with image states, from the registry (the maze plugin's own business)."""
+    maze = load_plugins().environments.create("maze")
+    return maze.load(size, maze.Options(state="image"))
 
 
 def _maze_pairs(size: str = "10x10") -> tuple[torch.Tensor, torch.Tensor]:
-    task = MazeEnvironment().load(size, MazeOptions(state="image"))
+    task = _image_maze(size)
     test = task.test_set()
     x = pair(as_model_input(test.obs), as_model_input(test.next_obs)).double()
     return x, torch.as_tensor(test.actions, dtype=torch.long)
@@ -94,7 +96,7 @@ def test_stacked_cnn1_training_matches_runs_trained_alone():
 
 @pytest.mark.parametrize("size", ["20x20", "50x50"])
 def test_patch_table_stays_small_on_large_mazes(size):
-    task = MazeEnvironment().load(size, MazeOptions(state="image"))
+    task = _image_maze(size)
     obs = as_model_input(task.test_set().obs[:64])
     rows, table = distinct_patch_ids([obs], kernel=3)
     positions = (obs.shape[-1] - 2) * (obs.shape[-2] - 2)

@@ -7,11 +7,8 @@ import pydantic
 import pytest
 import torch
 
-from ssilbench.api import Policy
-from ssilbench.errors import UnknownNameError
-from ssilbench.eval.rollout import rollout_returns
-from ssilbench.plugins import load_plugins
-from ssilbench.testing import check_task
+from ssilbench.api import Policy, UnknownNameError
+from ssilbench.testing import check_task, load_plugins, rollout_returns
 from ssilbench_maze.grid import DOWN, RIGHT, GridEnvironment, GridTask, expert_episodes
 
 CPU = torch.device("cpu")

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ssilbench.data.datasets import TransitionStore, partial_path
-from ssilbench.errors import DatasetError, UsageError
-from ssilbench.testing import check_dataset
+from ssilbench.api import DatasetError, TransitionStore, UsageError
+from ssilbench.testing import check_dataset, partial_path
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir
 from ssilbench_procgen.vec_env import procgen_available
 

@@ -7,13 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from ssilbench.api import Policy
-from ssilbench.data.tensors import as_model_input, pair
-from ssilbench.errors import ConfigError
-from ssilbench.eval import diagnostics
-from ssilbench.eval.rollout import rollout_returns
-from ssilbench.testing import check_task
-from ssilbench.train.supervised import VMIDMPolicy
+from ssilbench.api import ConfigError, Policy
+from ssilbench.kit import VMIDMPolicy, as_model_input, pair
+from ssilbench.testing import TestSetScorer, check_task, rollout_returns
 from ssilbench_maze import environment
 from ssilbench_maze.environment import MazeEnvironment, MazeTask
 from ssilbench_maze.expert import MOVES, NO_ACTION, goal_tables, solve, split_at_noops
@@ -37,7 +33,7 @@ def frame_goals(task: MazeTask, obs: np.ndarray) -> np.ndarray:
 
 
 def scores(task: MazeTask, policy: Policy) -> dict[str, float]:
-    return diagnostics.TestSetScorer(task.test_set(), CPU)(policy)
+    return TestSetScorer(task.test_set(), CPU)(policy)
 
 
 # --- no-op dynamics ------------------------------------------------------------------

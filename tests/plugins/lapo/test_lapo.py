@@ -6,16 +6,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
-from ssilbench.runner.worker import RunStorage, execute
-from ssilbench.train.budget import check_stages
+from ssilbench.testing import RunStorage, Sweep, build_plan, check_stages, execute, load_plugins
 from ssilbench_lapo.lapo import LAPO, LAPOConfig
 from ssilbench_lapo.lapo_plus import LAPOPlus, LAPOPlusConfig
 from ssilbench_lapo.quantise import VectorQuantiser
 from ssilbench_lapo.unet import LatentUNet
-from ssilbench_lapo.world_model import LatentIDM, WorldModel, WorldModelConfig
+from ssilbench_lapo.world_model import (
+    LATER_STAGES_SCHEDULE,
+    WORLD_MODEL_SCHEDULE,
+    LatentIDM,
+    WorldModel,
+    WorldModelConfig,
+)
 
 PLUGINS = load_plugins()
 CPU = torch.device("cpu")
@@ -27,6 +29,21 @@ def _quantiser(**kw) -> VectorQuantiser:
     settings = {"groups": 2, "per_group": 3, "dim": 4, "size": 8, "decay": 0.5,
                 "commitment": 0.25, "restart_below": 0.0, **kw}  # fmt: skip
     return VectorQuantiser(**settings)
+
+
+# --- learning-rate schedules of the reference code --------------------------------------
+
+
+def test_the_reference_codes_schedules():
+    # Stage 1: 10% -> 100% over 50 of 50k steps -> 1%; later stages 1% -> 100% over 1k of 60k -> 0.
+    assert WORLD_MODEL_SCHEDULE.factor(0, 50_000) == pytest.approx(0.1)
+    assert WORLD_MODEL_SCHEDULE.factor(50, 50_000) == pytest.approx(1.0)
+    assert WORLD_MODEL_SCHEDULE.factor(49_999, 50_000) == pytest.approx(0.01)
+    assert LATER_STAGES_SCHEDULE.factor(0, 60_000) == pytest.approx(0.01)
+    assert LATER_STAGES_SCHEDULE.factor(1000, 60_000) == pytest.approx(1.0)
+    assert LATER_STAGES_SCHEDULE.factor(59_999, 60_000) == pytest.approx(0.0, abs=1e-12)
+    # --steps-scale keeps the shape: the same shares of a 600-step stage.
+    assert LATER_STAGES_SCHEDULE.factor(10, 600) == pytest.approx(1.0)
 
 
 # --- vector quantisation ---------------------------------------------------------------
@@ -244,9 +261,7 @@ def _random_walk(n: int, size: int, seed: int) -> tuple[torch.Tensor, torch.Tens
 def _walk_context(cfg, method, total_steps: int, n: int = 4096, labeled: int = 256):
     import numpy as np
 
-    from ssilbench.api import EnvSpec, Normaliser, RunContext
-    from ssilbench.data.split import LabeledView, UnlabeledView
-    from ssilbench.train.budget import StagePlan
+    from ssilbench.api import EnvSpec, LabeledView, Normaliser, RunContext, StagePlan, UnlabeledView
 
     frames, actions = _random_walk(n, SIDE, seed=0)
     frames = frames.numpy()

@@ -1,0 +1,1 @@
+"""Tests of the ssilbench_lapo plugin."""
