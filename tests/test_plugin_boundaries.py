@@ -59,14 +59,11 @@ def package_of(module: str) -> str:
     return module.split(".")[0]
 
 
-def is_within(module: str, allowed: tuple[str, ...]) -> bool:
-    return any(module == a or module.startswith(a + ".") for a in allowed)
-
-
 def core_module_allowed(module: str, allowed: tuple[str, ...]) -> bool:
-    """Whether ``module`` (a core import) is one of ``allowed`` or the package itself in a
-    ``from ssilbench import api`` (whose names are checked one by one)."""
-    return module == "ssilbench" or is_within(module, allowed)
+    """Whether ``module`` (a core import) is one of ``allowed`` (not a submodule: those are
+    the core's own), or the package itself in a ``from ssilbench import api`` (whose names
+    are checked one by one)."""
+    return module == "ssilbench" or module in allowed
 
 
 def relative(path: Path) -> str:
