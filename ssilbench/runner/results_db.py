@@ -12,7 +12,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,8 +216,10 @@ class ResultsStore:
         host = socket.gethostname()
         stale = [
             r["run_id"]
-            for r in self.db.execute("SELECT run_id, pid, host FROM runs WHERE status = 'running'")
-            if r["host"] == host and not process_alive(r["pid"])
+            for r in self.db.execute(
+                "SELECT run_id, status, pid, host FROM runs WHERE status = 'running'"
+            )
+            if is_stale(r, host)
         ]
         with self.transaction() as db:
             db.executemany(
@@ -351,6 +353,14 @@ class ResultsStore:
                 f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
                 values,
             )
+
+
+def is_stale(run: Mapping[str, Any], host: str | None = None) -> bool:
+    """Whether a run row was left 'running' by a process of ``host`` (default: this one)
+    that no longer exists: it was interrupted. Processes of other hosts cannot be checked
+    from here, so their runs are never stale."""
+    host = socket.gethostname() if host is None else host
+    return run["status"] == "running" and run["host"] == host and not process_alive(run["pid"])
 
 
 def process_alive(pid: int | None) -> bool:
