@@ -16,9 +16,13 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ssilbench.errors import UsageError
 from ssilbench.runner.sweep import ExecutorLost, PoolSetup, work_unit
+
+if TYPE_CHECKING:
+    from ssilbench.runner.run_options import ExecutorSettings
 
 INSTALL = "install it with: pip install 'ssilbench[cluster]'"
 
@@ -142,3 +146,24 @@ def _import(name: str):
         return __import__(name)
     except ImportError:
         raise UsageError(f"--executor needs the package '{name}': {INSTALL}.") from None
+
+
+def make_executor(
+    settings: ExecutorSettings, results_dir: Path
+) -> RayExecutor | SlurmExecutor | None:
+    """The executor ``settings`` ask for (None: this machine's own pool). SLURM keeps its job
+    files in ``results_dir/slurm``. The settings are checked when a RunOptions is made."""
+    if settings.kind == "ray":
+        cpus, gpus = settings.cpus_per_run, settings.gpus_per_run
+        return RayExecutor(settings.ray_address, cpus if cpus is not None else 1.0, gpus or 0.0)
+    if settings.kind == "slurm":
+        return SlurmExecutor(
+            results_dir / "slurm",
+            settings.slurm_partition,
+            settings.slurm_time or 60,
+            int(settings.gpus_per_run or 0),
+            max(1, int(settings.cpus_per_run or 1)),
+            settings.slurm_parallelism or 64,
+            settings.slurm_cluster,
+        )
+    return None
