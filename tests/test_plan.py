@@ -16,8 +16,6 @@ from ssilbench.runner.plan import (
     parse_value,
 )
 from ssilbench.runner.spec import Sweep
-from ssilbench_baselines.bc import BCConfig
-from ssilbench_baselines.vm_idm import VMIDMConfig
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +215,9 @@ def test_fraction_and_all_budgets(plugins, data_root):
     assert sorted({r.budget for r in plan.runs}) == ["0.5", "all"]
 
 
-def test_label_and_non_default():
+def test_label_and_non_default(plugins):
+    BCConfig = plugins.methods.load("bc").Config  # noqa: N806 (a class)
+    VMIDMConfig = plugins.methods.load("vm_idm").Config  # noqa: N806
     assert label("bc", {"arch": "lc"}, BCConfig) == "bc (arch=lc)"
     assert label("bc", {}, BCConfig) == "bc"
     assert label("bc", {"arch": None, "lr": None}, BCConfig) == "bc"

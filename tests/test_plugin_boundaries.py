@@ -33,14 +33,6 @@ PUBLIC_FOR_TESTS = (*PUBLIC, "ssilbench.testing")
 BUILT_IN = sorted(p.name for p in PLUGINS.iterdir() if (p / "__init__.py").is_file())
 """The built-in plugin packages (``ssilbench_maze``, ...)."""
 
-# Imports that break a rule in files another change owns, listed so that they are seen and
-# not copied; an entry that no longer occurs fails too, so the list only shrinks.
-KNOWN = {
-    ("tests/test_plan.py", "ssilbench_baselines.bc"),
-    ("tests/test_plan.py", "ssilbench_baselines.vm_idm"),
-}
-
-
 def imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, module) of every absolute import in a file; ``from package import name``
     yields ``package.name`` as well, since the name may be a module."""
@@ -78,8 +70,6 @@ def violations(paths: list[Path], own: str | None, allowed: tuple[str, ...]) -> 
     for path in paths:
         for line, module in imports(path):
             package = package_of(module)
-            if (relative(path), module) in KNOWN:
-                continue
             if package in BUILT_IN and package != own:
                 found.append(f"{relative(path)}:{line} imports {module} (another plugin)")
             elif package == "ssilbench" and allowed and not core_module_allowed(module, allowed):
@@ -147,15 +137,6 @@ def test_plugin_tests_import_their_plugin_and_the_public_core(name):
 def test_every_built_in_plugin_has_its_tests_folder():
     missing = [p for p in BUILT_IN if not (PLUGIN_TESTS / p.removeprefix("ssilbench_")).is_dir()]
     assert not missing, missing
-
-
-def test_known_exceptions_still_occur():
-    stale = sorted(
-        (file, module)
-        for file, module in KNOWN
-        if module not in {m for _, m in imports(REPO / file)}
-    )
-    assert not stale, f"fixed: remove {stale} from KNOWN"
 
 
 @pytest.mark.parametrize("module", [*PUBLIC_FOR_TESTS])
