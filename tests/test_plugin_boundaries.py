@@ -83,9 +83,14 @@ def python_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("package", BUILT_IN)
+EXAMPLE = REPO / "docs" / "plugin-example" / "ssilbench_example"
+
+
+@pytest.mark.parametrize("package", [*BUILT_IN, "ssilbench_example"])
 def test_a_plugin_imports_only_itself_and_the_public_core(package):
-    found = violations(python_files(PLUGINS / package), package, PUBLIC)
+    """The built-ins, and the third-party example the plugin authors' guide walks through."""
+    folder = EXAMPLE if package == "ssilbench_example" else PLUGINS / package
+    found = violations(python_files(folder), package, PUBLIC)
     assert not found, (
         "A plugin imports its own package, ssilbench.api and ssilbench.kit only "
         "(docs/plugin-authors.md, 'What a plugin may import'); look up another plugin's "

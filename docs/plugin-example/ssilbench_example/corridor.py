@@ -24,9 +24,16 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, EnvSpec, Normaliser, Policy, Task, VideoModel
-from ssilbench.data.datasets import TransitionStore
-from ssilbench.errors import unknown
+from ssilbench.api import (
+    Environment,
+    EnvSpec,
+    Normaliser,
+    Policy,
+    Task,
+    TransitionStore,
+    VideoModel,
+    unknown,
+)
 
 TASK_LENGTHS = {"short": 8, "long": 32}
 ACTION_NAMES = ("left", "right")

@@ -14,11 +14,11 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
-from ssilbench.data.tensors import pair
-from ssilbench.train.supervised import (
+from ssilbench.kit import (
     ClassifierPolicy,
     fit_classifier,
     labeled_tensors,
+    pair,
     unlabeled_tensors,
 )
 
@@ -88,6 +88,6 @@ class NearestIDM(Method):
             ctx.plan.stage("policy", policy=policy),
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(u)),
-            seed=ctx.seed,
+            seed=ctx.stream_seed("policy"),
         )
         return policy
