@@ -5,11 +5,9 @@ The reference point of every SSIL comparison: it never looks at D_U.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
+from ssilbench.api import ArchitectureName, ArchOptions, EnvSpec, Method, RunContext, Stage
 from ssilbench.kit import (
     ClassifierPolicy,
     TransitionFrames,
@@ -33,7 +31,7 @@ class BCConfig(BaseModel):
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the input (BC rather than BC_G)."
     )
-    arch_options: dict[str, Any] = Field(
+    arch_options: ArchOptions = Field(
         default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 

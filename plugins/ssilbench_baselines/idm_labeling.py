@@ -8,11 +8,11 @@ paper's Procgen code did).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
+from ssilbench.api import ArchitectureName, ArchOptions, EnvSpec, Method, RunContext, Stage
 from ssilbench.kit import (
     ArgmaxRows,
     ClassifierPolicy,
@@ -48,7 +48,7 @@ class IDMLabelingConfig(BaseModel):
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the IDM's and the policy's inputs."
     )
-    arch_options: dict[str, Any] = Field(
+    arch_options: ArchOptions = Field(
         default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 

@@ -9,12 +9,13 @@ budget goes to the IDM. Otherwise a deterministic video model is learned on D_U 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import (
     ArchitectureName,
+    ArchOptions,
     ConfigError,
     EnvSpec,
     Method,
@@ -58,7 +59,7 @@ class VMIDMConfig(BaseModel):
         description="False: the IDM does not see the goal features "
         "(VM*_G-IDM rather than VM*_G-IDM_G).",
     )
-    arch_options: dict[str, Any] = Field(
+    arch_options: ArchOptions = Field(
         default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
     )
 

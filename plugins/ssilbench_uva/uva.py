@@ -9,11 +9,11 @@ that differs only in ``sampling`` reuses the first one's trained stage from the 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ssilbench.api import ArchitectureName, EnvSpec, Method, RunContext, Stage
+from ssilbench.api import ArchitectureName, ArchOptions, EnvSpec, Method, RunContext, Stage
 from ssilbench.kit import unified
 from ssilbench_uva.modes import MODES
 
@@ -22,7 +22,7 @@ class UVAConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     arch: ArchitectureName = Field(None, description="A unified architecture: uva or uva_base.")
-    arch_options: dict[str, Any] = Field(
+    arch_options: ArchOptions = Field(
         default_factory=dict, description="UVA settings (sizes, checkpoints, pretraining)."
     )
     sampling: Literal["policy", "vm_idm"] = Field(

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, Stage, Task
+from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
 from ssilbench.data.datasets import TransitionStore, read_only
 from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
@@ -71,6 +71,18 @@ def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) ->
         return model.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(format_validation(exc, what, model)) from None
+
+
+def architecture_options_fields(config_model: type[BaseModel]) -> dict[str, str]:
+    """Config fields marked :class:`~ssilbench.api.OptionsOf` -> the architecture field
+    whose options they hold."""
+    hints = typing.get_type_hints(config_model, include_extras=True)
+    return {
+        name: marker.field
+        for name in config_model.model_fields
+        for marker in getattr(hints.get(name), "__metadata__", ())
+        if isinstance(marker, OptionsOf)
+    }
 
 
 def architecture_fields(config_model: type[BaseModel]) -> list[str]:
@@ -237,16 +249,18 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"{spec.action_kind} actions. Leave {fname} unset for the environment's default "
                 f"({spec.default_arch}) or choose an architecture for {spec.action_kind} actions."
             )
-        options = getattr(info.config, "arch_options", None)
-        if fname == "arch" and options is not None:
-            if arch.unified:
-                checked = validate_model(arch.Options, options, f"arch_options of {arch_name}")
-                arch().check(spec, checked)
-            elif options:
-                raise ConfigError(
-                    f"Method '{info.name}': arch_options apply to unified architectures "
-                    f"only, and {arch_name} is not one; remove -c arch_options=..."
-                )
+    for fname, target in architecture_options_fields(info.cls.Config).items():
+        arch_name = getattr(info.config, target) or spec.default_arch
+        arch = plugins.architectures.load(arch_name)
+        options = getattr(info.config, fname)
+        if arch.unified:
+            checked = validate_model(arch.Options, options, f"{fname} of {arch_name}")
+            arch().check(spec, checked)
+        elif options:
+            raise ConfigError(
+                f"Method '{info.name}': {fname} apply to unified architectures only, and "
+                f"{target}={arch_name} is not one; remove -c {fname}=..."
+            )
 
 
 def identify(plugins: Plugins, method: MethodInfo, task: TaskInfo) -> dict[str, Any]:

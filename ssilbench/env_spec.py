@@ -1,0 +1,99 @@
+"""The static description of a task (:class:`EnvSpec`, with its :class:`Normaliser`) and
+the options models environments share. Part of the plugin contract: import these names
+from :mod:`ssilbench.api`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Normaliser(BaseModel):
+    """Maps a raw return R to a normalised score (R - low) / (high - low)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    low: float
+    high: float
+    source: str = ""
+
+    def __call__(self, value: float) -> float:
+        return (value - self.low) / (self.high - self.low)
+
+
+class EnvSpec(BaseModel):
+    """Static facts about one configured task: spaces, horizon, evaluation protocol, defaults."""
+
+    model_config = ConfigDict(frozen=True)
+
+    env_id: str
+    obs_shape: tuple[int, ...]
+    obs_dtype: Literal["float32", "uint8"]
+    obs_kind: Literal["vector", "image"]
+    num_actions: int
+    """Discrete actions: how many. Continuous actions: the action vector's dimension."""
+    action_names: tuple[str, ...] = ()
+    action_kind: Literal["discrete", "continuous"] = "discrete"
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
+    """Per-dimension bounds of continuous actions."""
+    extra_obs: dict[str, tuple[tuple[int, ...], str]] = {}
+    """Per-frame observation arrays beside the main frame: ``{name: (shape, dtype)}`` (a
+    second camera, a proprioceptive vector). Where there are any, the vector environment
+    observes a dict ``{"obs": frames, **extras}`` and the store keeps each in its own file."""
+    frame_stack: int = 1
+    """Frames per observation of the vector environment (oldest first; the first frame is
+    repeated at reset). Above 1 every observation array has this axis after the env axis."""
+    action_chunk: int = 1
+    """Actions a policy predicts per call (the evaluation protocol's default)."""
+    action_execute: int = 1
+    """How many of a predicted chunk the rollout executes before asking again."""
+    episode_score: Literal["return", "max_reward"] = "return"
+    """An episode's score: the sum of its rewards, or the largest reward seen (Push-T's
+    maximum coverage)."""
+    horizon: int
+    eval_episodes: int
+    eval_every: int
+    eval_seed: int = 12345
+    action_selection: Literal["greedy", "sample"] = "sample"
+    default_steps: int
+    default_arch: str
+    normaliser: Normaliser
+    goal_dims: tuple[int, ...] = ()
+    """Indices of vector-observation features that describe the goal (goal-conditioned tasks);
+    methods can leave them out of a network's input (e.g. BC versus BC_G)."""
+    budget_unit: Literal["transitions", "demonstrations"] = "transitions"
+    report: Literal["final", "max"] = "final"
+    """Which evaluation a leaderboard reports: after training, or the best during training."""
+    metadata: dict[str, Any] = {}
+
+
+class NoOptions(BaseModel):
+    # Options and Config models need a default for every field: a run's label names only
+    # the values that differ from the defaults.
+    """Options model of an environment that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChunkedControlOptions(BaseModel):
+    """Options of tasks evaluated with frame stacks and action chunks (Push-T, LIBERO-10):
+    subclass it in an environment's Options and pass the values to its :class:`EnvSpec`.
+    The defaults are the paper's (4 frames, chunks of 16 actions, 8 executed)."""
+
+    frame_stack: int = Field(4, ge=1, le=32, description="Frames of history per observation.")
+    action_chunk: int = Field(16, ge=1, le=256, description="Actions a policy predicts per call.")
+    action_execute: int = Field(
+        8, ge=1, le=256, description="Actions of each chunk executed before asking again."
+    )
+
+    @model_validator(mode="after")
+    def _execute_within_chunk(self) -> ChunkedControlOptions:
+        if self.action_execute > self.action_chunk:
+            raise ValueError(
+                f"action_execute={self.action_execute} exceeds action_chunk="
+                f"{self.action_chunk}: a rollout can only execute actions the policy predicted."
+            )
+        return self
