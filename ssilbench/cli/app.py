@@ -1,0 +1,86 @@
+"""The ``ssilbench`` group, the state its commands share, and :func:`main`.
+
+Every error a user can cause is an :class:`~ssilbench.errors.SsilbenchError`: it is printed as
+one message without a traceback (``--debug`` shows it) and the command exits with 2. Heavy
+imports (torch, simulators) happen only inside the commands that train or evaluate, so
+``ssilbench --help`` and ``ssilbench list`` stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+
+import click
+
+from ssilbench import __version__
+from ssilbench.errors import SsilbenchError
+
+
+class State:
+    """The group's flags, and the plugins they select (loaded on first use)."""
+
+    def __init__(self, plugin_flags: tuple[str, ...], debug: bool, quiet: bool) -> None:
+        self.plugin_flags = plugin_flags
+        self.debug = debug
+        self.quiet = quiet
+        self._plugins = None
+
+    @property
+    def plugins(self):
+        if self._plugins is None:
+            from ssilbench.plugins import load_plugins
+
+            self._plugins = load_plugins(self.plugin_flags)
+        return self._plugins
+
+    def log(self) -> Callable[[str], None]:
+        """Progress lines on stderr, or nothing with --quiet."""
+        return (lambda line: None) if self.quiet else (lambda line: click.echo(line, err=True))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ssilbench")
+@click.option(
+    "-p",
+    "--plugin",
+    "plugin_flags",
+    multiple=True,
+    metavar="NAME",
+    help="Load plugin NAME (entry-point name or module), or block it with 'no:NAME'. Repeatable.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.pass_context
+def cli(ctx: click.Context, plugin_flags: tuple[str, ...], debug: bool, quiet: bool) -> None:
+    """ssilbench: benchmark semi-supervised imitation learning methods.
+
+    \b
+    Quick start:
+      ssilbench list
+      ssilbench run --method bc,idm_labeling,vm_idm --env maze:10x10 --budgets 16,64,256 --seeds 0,1
+      ssilbench leaderboard --export md
+    """
+    ctx.obj = State(plugin_flags, debug, quiet)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); user errors exit with 2."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = cli.main(args=args, prog_name="ssilbench", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2)
+    except SsilbenchError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    if isinstance(code, int) and code:
+        sys.exit(code)

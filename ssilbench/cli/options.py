@@ -1,0 +1,52 @@
+"""Options that several commands share, each declared once here.
+
+``SSILBENCH_RESULTS`` and ``SSILBENCH_DATA`` set the defaults of ``--results`` and
+``--data-root``. Options whose help differs between commands (``--sweep``, ``--quick``,
+``--device``, ``-o``) are made by a function that takes what differs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_RESULTS = os.environ.get("SSILBENCH_RESULTS", "results")
+DEFAULT_DATA = os.environ.get("SSILBENCH_DATA", str(Path("~/.cache/ssilbench/data").expanduser()))
+
+results_option = click.option(
+    "--results", default=DEFAULT_RESULTS, show_default=True, help="Results directory."
+)
+data_root_option = click.option(
+    "--data-root", default=DEFAULT_DATA, show_default=True, help="Dataset cache directory."
+)
+
+
+def sweep_file_option(help: str, several: bool = False) -> Callable[[F], F]:
+    """``--sweep FILE``: one optional sweep file (``sweep_file``), or with ``several`` one or
+    more required ones (``sweeps``)."""
+    name, given = ("sweeps", {"multiple": True, "required": True}) if several else (
+        "sweep_file", {"default": None})  # fmt: skip
+    return click.option("--sweep", name, type=click.Path(dir_okay=False), help=help, **given)
+
+
+def quick_option(help: str) -> Callable[[F], F]:
+    """``--quick``: the sweep files' CI-sized ``[quick]`` variants."""
+    return click.option("--quick", is_flag=True, help=help)
+
+
+def env_options_option(help: str | None = None) -> Callable[[F], F]:
+    """``-o KEY=VALUE``, repeatable: environment options (``options``)."""
+    return click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
+                        help=help)  # fmt: skip
+
+
+def device_option(default: str = "auto") -> Callable[[F], F]:
+    """``--device``: where torch computes."""
+    return click.option("--device", default=default, show_default=True,
+                        help="auto, cpu, cuda or cuda:N.")  # fmt: skip

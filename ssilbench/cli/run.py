@@ -1,0 +1,205 @@
+"""``ssilbench run`` and ``ssilbench plan``: click over :mod:`ssilbench.runner.launch`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ssilbench.cli.app import State
+from ssilbench.cli.options import (
+    data_root_option,
+    device_option,
+    env_options_option,
+    quick_option,
+    results_option,
+    sweep_file_option,
+)
+from ssilbench.runner.run_options import EXECUTORS
+
+if TYPE_CHECKING:
+    from ssilbench.runner.sweep import SweepReport
+
+# Flags that go into RunOptions.executor rather than RunOptions itself.
+EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partition",
+                  "slurm_time", "slurm_parallelism", "slurm_cluster")  # fmt: skip
+
+
+@click.command()
+@sweep_file_option("A sweep file (TOML) instead of --method/--env/--budgets/--seeds.")
+@quick_option("With --sweep: the file's CI-sized [quick] variant.")
+@click.option(
+    "--blocks",
+    default=None,
+    help="With --sweep: only the blocks with these names or panels (comma-separated).",
+)
+@click.option("--method", "methods", default=None, help="Comma-separated method names.")
+@click.option("--env", "envs", default=None, help="Comma-separated ids: family:task or family:all.")
+@click.option(
+    "--budgets", default=None, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
+)
+@click.option("--seeds", default=None, help="Comma-separated integer seeds [default: 0].")
+@click.option(
+    "-c",
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Method config value (all methods that have KEY); 'METHOD.KEY=VALUE' for one method.",
+)
+@env_options_option("Environment option, e.g. -o state=image. See docs/environments/.")
+@click.option(
+    "--steps",
+    type=int,
+    default=None,
+    help="Total training steps per run (default: the environment's).",
+)
+@click.option(
+    "--steps-scale",
+    type=float,
+    default=None,
+    help="Train this fraction of each environment's default steps, e.g. 0.01 for small runs "
+    "(stage splits keep their proportions).",
+)
+@results_option
+@data_root_option
+@device_option()
+@click.option("--retry-failed", is_flag=True, help="Run again the runs that failed before.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs in parallel (processes with one torch thread each).",
+)
+@click.option(
+    "--eval-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Evaluate every N steps of a policy stage (default: the environment's).",
+)
+@click.option("--stop-early", is_flag=True, help="Stop stages once training has converged.")
+@click.option(
+    "--no-rollouts", is_flag=True, help="Evaluate on the test set only (no rollouts, no score)."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Torch intra-op threads (1 is fastest for tiny models on a busy machine).",
+)
+@click.option(
+    "--stack/--no-stack",
+    default=True,
+    show_default=True,
+    help="Train runs of one task and config together where the method can (see fit_many); "
+    "single-process sweeps only (--workers 1).",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=True,
+    show_default=True,
+    help="Reuse trained stages whose inputs are identical to an earlier run's (kept in "
+    "RESULTS/cache; see 'ssilbench cache').",
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Save each run's training state every N steps (RESULTS/checkpoints) so that a "
+    "killed run resumes where it was; runs then train one at a time.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(EXECUTORS),
+    default="local",
+    show_default=True,
+    help="Where runs execute: this machine (--workers), a Ray cluster, or SLURM (submitit).",
+)
+@click.option("--ray-address", default=None, help="Ray cluster address (default: a local Ray).")
+@click.option("--cpus-per-run", type=click.FloatRange(min=0), default=None,
+              help="Ray/SLURM: CPUs requested per run [default: 1].")  # fmt: skip
+@click.option("--gpus-per-run", type=click.FloatRange(min=0), default=None,
+              help="Ray/SLURM: GPUs requested per run [default: 0].")  # fmt: skip
+@click.option("--slurm-partition", default=None, help="SLURM partition.")
+@click.option("--slurm-time", type=click.IntRange(min=1), default=None,
+              help="SLURM time limit per job, minutes [default: 60].")  # fmt: skip
+@click.option("--slurm-parallelism", type=click.IntRange(min=1), default=None,
+              help="SLURM: jobs of the array running at once [default: 64].")  # fmt: skip
+@click.option("--slurm-cluster", type=click.Choice(["local", "debug"]), default=None,
+              help="Run the SLURM path with submitit's local or in-process executor "
+              "(testing a sweep before sending it to a cluster).")  # fmt: skip
+@click.option("--dry-run", is_flag=True,
+              help="Print the runs, the stages they train (shared, cached) and the estimated "
+              "compute, then stop: nothing is claimed, trained or written.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.pass_obj
+def run(state: State, **flags: Any) -> None:
+    """Run a sweep of methods x environments x budgets x seeds into the results store."""
+    run_command(state, flags)
+
+
+@click.pass_obj
+def _plan(state: State, **flags: Any) -> None:
+    run_command(state, {**flags, "dry_run": True, "save_timings": True})
+
+
+plan = click.Command(
+    "plan",
+    params=[p for p in run.params if p.name != "dry_run"],
+    callback=_plan,
+    help="What 'run' with the same arguments would do: its runs, the stages they train "
+    "(shared, cached) and the estimated compute from step times measured on this device "
+    "(kept in RESULTS/timings.json for later plans). Nothing is claimed or trained.",
+)
+
+
+def run_command(state: State, flags: dict[str, Any]) -> None:
+    """``run`` (or ``plan``) with the flags click parsed: plan, then preview or execute."""
+    from ssilbench.runner.launch import execute_run, prepare_run, preview_run, save_timings
+    from ssilbench.runner.run_options import ExecutorSettings, RunOptions
+
+    state.quiet = state.quiet or flags["quiet"]
+    executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
+    options = RunOptions(**flags, executor=executor)
+    prepared = prepare_run(state.plugins, options)
+    if options.dry_run:
+        preview, timings = preview_run(prepared, state.plugins, state.log())
+        click.echo(preview.render())
+        if options.save_timings:
+            save_timings(timings, prepared.results_dir)
+        return
+    if state.quiet:
+        report = execute_run(prepared, state.plugins, state.plugin_flags)
+    else:
+        from ssilbench.cli.progress import sweep_progress
+
+        with sweep_progress(len(prepared.plan.runs)) as on_progress:
+            report = execute_run(prepared, state.plugins, state.plugin_flags, on_progress)
+    for line in summary_lines(report, prepared.results_dir):
+        click.echo(line, err=True)
+    if not report.ok:
+        sys.exit(1)
+
+
+def summary_lines(report: SweepReport, results_dir: Path) -> list[str]:
+    """What a finished sweep tells on stderr: counts, each failure, what to run next."""
+    lines = [
+        f"{report.done} run(s) done, {report.skipped} already recorded, "
+        f"{len(report.failed)} failed; results in {results_dir}"
+        + (
+            f" ({report.elsewhere} taken by another sweep on this store)"
+            if report.elsewhere
+            else ""
+        )
+    ]
+    lines += [f"  failed: {text}: {err}" for text, err in report.failed]
+    if report.interrupted:
+        lines.append(f"  {report.lost}: {report.interrupted} run(s) interrupted; run the same "
+                     "command again to resume them.")  # fmt: skip
+    if report.failed_before:
+        lines.append(f"  {report.failed_before} run(s) failed in an earlier sweep; add "
+                     "--retry-failed to run them again.")  # fmt: skip
+    return lines

@@ -1,0 +1,76 @@
+"""``ssilbench status``: how far the sweeps writing to a results store have got."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ssilbench.cli.app import State
+from ssilbench.cli.options import data_root_option, quick_option, results_option, sweep_file_option
+from ssilbench.errors import UsageError
+
+
+@click.command()
+@results_option
+@sweep_file_option("Count remaining runs against this sweep file.")
+@quick_option("With --sweep: its [quick] variant.")
+@data_root_option
+@click.pass_obj
+def status(state: State, results: str, sweep_file, quick, data_root) -> None:
+    """Progress of the sweeps writing to a results store, from any machine that sees it:
+    runs done, running (where, for how long), failed and to go, with an estimate of the
+    time left."""
+    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runner.spec import design_id_of
+
+    # The sweep file's runs by design id: found without opening a dataset (--data-root is
+    # accepted as before and not needed).
+    planned: set[str] | None = None
+    if sweep_file is not None:
+        from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+
+        planned = set(panel_titles(state.plugins, load_sweep_file(Path(sweep_file)), quick))
+    elif quick:
+        raise UsageError("--quick needs --sweep FILE.")
+    with ResultsStore(Path(results), create=False) as store:
+        rows = [r for r in store.rows(None) if planned is None or design_id_of(r) in planned]
+    for line in progress_lines(rows, planned, time.time()):
+        click.echo(line)
+
+
+def progress_lines(rows: list[dict[str, Any]], planned: set[str] | None, now: float) -> list[str]:
+    """The status report of the store's ``rows`` (those of ``planned`` run ids when given):
+    counts, the groups running now, and the time left at the last hour's rate."""
+    import socket
+
+    from ssilbench.runner.results_db import STATUSES, is_stale
+
+    host = socket.gethostname()
+    # Read the way the next sweep will: runs left by a process that is gone are interrupted.
+    rows = [{**r, "status": "interrupted"} if is_stale(r, host) else r for r in rows]
+    by = {s: [r for r in rows if r["status"] == s] for s in STATUSES}
+    to_go = (len(planned) - len(by["done"])) if planned is not None else (
+        len(by["running"]) + len(by["interrupted"]))  # fmt: skip
+    lines = [
+        f"{len(by['done'])} done, {len(by['running'])} running, {len(by['failed'])} failed, "
+        f"{len(by['interrupted'])} interrupted"
+        + (f", {len(planned) - len(rows)} not started" if planned is not None else "")
+    ]
+    groups: dict[tuple, list[dict]] = {}
+    for r in by["running"]:
+        groups.setdefault((r["method_label"], r["env_label"], r["host"], r["pid"]), []).append(r)
+    for (method, env, where, pid), runs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
+        since = now - min(r["started_at"] or now for r in runs)
+        lines.append(f"  running {len(runs):4d}  {method} on {env}  for {since:.0f} s "
+                     f"({where}, pid {pid})")  # fmt: skip
+    # The recent finishing rate covers any mix of stacking, workers and machines.
+    recent = sorted(r["finished_at"] for r in by["done"] if r["finished_at"] and
+                    now - r["finished_at"] < 3600)  # fmt: skip
+    if to_go > 0 and len(recent) >= 2 and now > recent[0]:
+        rate = len(recent) / (now - recent[0])
+        lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last hour's "
+                     f"{rate * 60:.1f} runs/min")  # fmt: skip
+    return lines

@@ -1,0 +1,102 @@
+"""``ssilbench plot``, ``report`` and ``analyze``: figures and reports from the results
+store, over :mod:`ssilbench.leaderboard.studies` and
+:mod:`ssilbench.leaderboard.analysis_output`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ssilbench.cli.app import State
+from ssilbench.cli.options import data_root_option, quick_option, results_option, sweep_file_option
+from ssilbench.cli.tasks import expand_envs
+from ssilbench.runner.run_options import comma_list
+
+
+def study_options(command):
+    """The options every study command takes: sweep files, --quick, --results, --data-root
+    (accepted as before; the runs of a study are found without opening a dataset)."""
+    for option in reversed([sweep_file_option("Sweep file(s) of the studies.", several=True),
+                            quick_option("The files' [quick] variants."),
+                            results_option, data_root_option]):  # fmt: skip
+        command = option(command)
+    return command
+
+
+@click.command()
+@study_options
+@click.option("--out", default="figures", show_default=True, help="Folder for PNG and SVG files.")
+@click.pass_obj
+def plot(state: State, sweeps, quick, results, data_root, out) -> None:
+    """Draw each study's figure (score vs label budget per panel) from the results store."""
+    from ssilbench.leaderboard.studies import plot_study
+
+    for path in sweeps:
+        for written in plot_study(state.plugins, path, results, quick, Path(out)):
+            click.echo(f"wrote {written}", err=True)
+
+
+@click.command()
+@study_options
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Markdown file.")
+@click.pass_obj
+def report(state: State, sweeps, quick, results, data_root, out) -> None:
+    """Write a replication report: figures, numbers and the paper's claims, checked."""
+    from ssilbench.leaderboard.studies import write_report
+
+    target, figures = write_report(state.plugins, sweeps, results, quick, out)
+    click.echo(f"wrote {target} and figures in {figures}", err=True)
+
+
+@click.command()
+@click.option(
+    "--env",
+    "envs",
+    required=True,
+    help="Comma-separated environment ids: family:task or family:all (procgen:all).",
+)
+@results_option
+@click.option(
+    "--out",
+    default="analysis",
+    show_default=True,
+    help="Folder for the figures (PNG, SVG), CSV tables and Markdown report.",
+)
+@click.option(
+    "--method",
+    default="idm_labeling",
+    show_default=True,
+    help="Method label (or name) whose return gap is measured.",
+)
+@click.option(
+    "--baseline",
+    default="bc",
+    show_default=True,
+    help="Method label (or name) it is compared with.",
+)
+@click.option(
+    "--by",
+    default="complexity",
+    show_default=True,
+    help="Environment metadata key that groups the games.",
+)
+@click.option(
+    "--entropy-budget",
+    default=None,
+    help="Label budget whose entropies are compared [default: the largest both "
+    "methods recorded per game].",
+)
+@click.pass_obj
+def analyze(state: State, envs, results, out, method, baseline, by, entropy_budget) -> None:
+    """The paper's Procgen analysis: return gap of METHOD over BASELINE by complexity class,
+    and entropy gap vs return gap, from the results store."""
+    from ssilbench.leaderboard.analysis_output import analyze_store
+
+    ids = comma_list(envs, "environment", "--env procgen:all")
+    wanted = [f"{family}:{task}" for family, task in expand_envs(state.plugins, ids)]
+    text, written = analyze_store(state.plugins, ids, wanted, results, Path(out), method,
+                                  baseline, by, entropy_budget)  # fmt: skip
+    click.echo(text, nl=False)
+    for path in written:
+        click.echo(f"wrote {path}", err=True)

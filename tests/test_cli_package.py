@@ -1,0 +1,160 @@
+"""The ``ssilbench`` command's package and the library under it: shared options declared
+once, RunOptions' checks, executors made from settings, the store's stale-run rule, and
+``run`` called as a library."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ssilbench.cli
+from ssilbench.errors import UnknownNameError, UsageError
+from ssilbench.runner.run_options import ExecutorSettings, RunOptions, comma_list, parse_seeds
+
+PACKAGE = Path(ssilbench.cli.__file__).parent
+SWEEP = {"methods": "bc", "envs": "maze:10x10", "budgets": "16"}
+
+
+def test_shared_options_are_declared_once():
+    source = "".join(path.read_text() for path in sorted(PACKAGE.glob("*.py")))
+    for flag in ("--results", "--data-root", "--sweep", "--quick", "--device", "--option"):
+        declared = re.findall(rf'click\.option\(\s*(?:"-\w",\s*)?"{flag}"', source)
+        assert len(declared) == 1, flag
+
+
+def test_the_package_keeps_modules_small():
+    for path in PACKAGE.glob("*.py"):
+        assert len(path.read_text().splitlines()) <= 500, path.name
+
+
+def test_every_command_is_registered():
+    assert set(ssilbench.cli.cli.commands) == {
+        "analyze", "cache", "data", "expert", "leaderboard", "list", "plan", "plot", "report",
+        "results", "run", "status"}  # fmt: skip
+    assert set(ssilbench.cli.cli.commands["plan"].params[i].name for i in range(3)) <= {
+        "sweep_file", "quick", "blocks"}  # fmt: skip
+    assert "dry_run" not in {p.name for p in ssilbench.cli.cli.commands["plan"].params}
+
+
+def _options(tmp_path: Path, **flags) -> RunOptions:
+    return RunOptions(results=tmp_path / "results", data_root=tmp_path / "data", **flags)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"sweep_file": "s.toml", "methods": "bc", "seeds": "0"},
+         "--sweep takes methods, environments and budgets from the file; drop --method, "
+         "--seeds."),
+        ({**SWEEP, "quick": True}, "--quick needs --sweep FILE."),
+        ({**SWEEP, "blocks": "a"}, "--blocks needs --sweep FILE."),
+        ({"methods": "bc"},
+         "Missing --env, --budgets: give --method, --env and --budgets, or --sweep FILE."),
+        ({**SWEEP, "steps": 0}, "--steps must be a positive integer, got 0."),
+        ({**SWEEP, "steps_scale": 0.0},
+         "--steps-scale must be a positive fraction of the default steps, e.g. 0.01; got 0.0."),
+        ({**SWEEP, "steps": 10, "steps_scale": 0.5}, "Give --steps or --steps-scale, not both."),
+    ],
+)  # fmt: skip
+def test_run_options_refuse_flags_that_do_not_fit(tmp_path, flags, message):
+    with pytest.raises(UsageError) as info:
+        _options(tmp_path, **flags)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(
+    "settings, workers, message",
+    [
+        (ExecutorSettings(ray_address="h:1"), 1,
+         "--ray-address only apply to --executor ray; drop it or choose that executor."),
+        (ExecutorSettings("ray", slurm_time=5, slurm_partition="gpu"), 1,
+         "--slurm-partition, --slurm-time only apply to --executor slurm; drop them or choose "
+         "that executor."),
+        (ExecutorSettings(gpus_per_run=1.0), 1, "only apply to --executor ray or slurm"),
+        (ExecutorSettings("ray"), 2, "--workers is for --executor local; with ray"),
+        (ExecutorSettings("slurm", gpus_per_run=0.5), 1,
+         "--gpus-per-run must be a whole number for SLURM, got 0.5."),
+    ],
+)  # fmt: skip
+def test_executor_flags_are_checked_with_the_run_options(tmp_path, settings, workers, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _options(tmp_path, **SWEEP, executor=settings, workers=workers)
+
+
+def test_run_options_expand_paths_and_parse_the_lists():
+    options = RunOptions(results="~/r", data_root="~/d", methods="bc,vm_idm,bc",
+                         envs="maze:10x10", budgets="16,64", seeds="1,0,1")  # fmt: skip
+    assert options.results == Path.home() / "r" and options.data_root == Path.home() / "d"
+    sweep = options.sweep()
+    assert sweep.methods == ["bc", "vm_idm"] and sweep.seeds == [1, 0]
+    assert sweep.budgets == ["16", "64"] and sweep.envs == ["maze:10x10"]
+    assert RunOptions(results="r", data_root="d", **SWEEP).sweep().seeds == [0]
+
+
+def test_list_values_name_their_flag():
+    assert comma_list(" a, b ,a,", "method", "--method bc") == ["a", "b"]
+    with pytest.raises(UsageError, match="The method list is empty: write e.g. --method bc."):
+        comma_list(" , ", "method", "--method bc")
+    with pytest.raises(UsageError, match="Seed 'x' is not an integer"):
+        parse_seeds("0,x")
+
+
+def test_make_executor_builds_what_the_settings_ask_for(tmp_path):
+    from ssilbench.runner.executors import RayExecutor, SlurmExecutor, make_executor
+
+    assert make_executor(ExecutorSettings(), tmp_path) is None
+    ray = make_executor(ExecutorSettings("ray", ray_address="h:1", gpus_per_run=0.5), tmp_path)
+    assert ray == RayExecutor("h:1", 1.0, 0.5)
+    slurm = make_executor(
+        ExecutorSettings("slurm", slurm_partition="gpu", gpus_per_run=1.0, cpus_per_run=2.5),
+        tmp_path,
+    )
+    assert slurm == SlurmExecutor(tmp_path / "slurm", "gpu", 60, 1, 2, 64, None)
+
+
+def test_a_run_left_by_a_gone_process_of_this_host_is_stale_for_store_and_status():
+    from ssilbench.cli.status import progress_lines
+    from ssilbench.runner.results_db import is_stale
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    row = {"status": "running", "host": here, "pid": gone.pid, "run_id": "r", "started_at": None,
+           "finished_at": None, "method_label": "bc", "env_label": "maze:10x10"}  # fmt: skip
+    assert is_stale(row)
+    assert not is_stale({**row, "pid": os.getpid()})
+    assert not is_stale({**row, "host": f"not-{here}"})
+    assert not is_stale({**row, "status": "done"})
+    assert progress_lines([row], None, 0.0)[0] == "0 done, 0 running, 0 failed, 1 interrupted"
+
+
+def test_analysis_files_are_named_from_safe_characters():
+    from ssilbench.leaderboard.analysis_output import file_names
+
+    assert file_names("procgen", "bc (arch=lc)", "idm.v2", "complexity") == (
+        "procgen-bc_arch_lc_-vs-idm_v2",
+        "complexity",
+    )
+
+
+def test_run_as_a_library_plans_then_executes(tmp_path, monkeypatch):
+    from ssilbench.plugins import load_plugins
+    from ssilbench.runner.launch import execute_run, prepare_run
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    plugins = load_plugins()
+    with pytest.raises(UnknownNameError, match="Did you mean 'vm_idm'"):
+        prepare_run(plugins, _options(tmp_path, **{**SWEEP, "methods": "vm_idn"}, dry_run=True))
+    assert not (tmp_path / "results").exists()
+    prepared = prepare_run(plugins, _options(tmp_path, **SWEEP, steps=60, threads=1))
+    assert len(prepared.plan.runs) == 1 and prepared.executor is None
+    report = execute_run(prepared, plugins, ())
+    assert report.ok and report.done == 1
+    again = execute_run(prepare_run(plugins, prepared.options), plugins, ())
+    assert again.done == 0 and again.skipped == 1
