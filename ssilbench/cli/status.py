@@ -30,9 +30,9 @@ def status(state: State, results: str, sweep_file, quick, data_root) -> None:
     # accepted as before and not needed).
     planned: set[str] | None = None
     if sweep_file is not None:
-        from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+        from ssilbench.leaderboard.studies import study_panels
 
-        planned = set(panel_titles(state.plugins, load_sweep_file(Path(sweep_file)), quick))
+        planned = set(study_panels(state.plugins, sweep_file, quick)[1])
     elif quick:
         raise UsageError("--quick needs --sweep FILE.")
     with ResultsStore(Path(results), create=False) as store:
@@ -42,8 +42,8 @@ def status(state: State, results: str, sweep_file, quick, data_root) -> None:
 
 
 def progress_lines(rows: list[dict[str, Any]], planned: set[str] | None, now: float) -> list[str]:
-    """The status report of the store's ``rows`` (those of ``planned`` run ids when given):
-    counts, the groups running now, and the time left at the last hour's rate."""
+    """The status report of the store's ``rows`` (those of the ``planned`` design ids when
+    given): counts, the groups running now, and the time left at the last hour's rate."""
     import socket
 
     from ssilbench.runner.results_db import STATUSES, is_stale

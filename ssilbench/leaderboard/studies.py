@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from ssilbench.runner.sweepfile import SweepFile
 
 
+def study_panels(plugins: Plugins, path: str, quick: bool) -> tuple[SweepFile, dict[str, str]]:
+    """A sweep file, and the design id of each of its runs -> the panel it is drawn in
+    (found without opening a dataset)."""
+    from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+
+    sweep_file = load_sweep_file(Path(path))
+    return sweep_file, panel_titles(plugins, sweep_file, quick)
+
+
 def load_study(
     plugins: Plugins, path: str, results: str, quick: bool, allow_empty: bool = False
 ) -> tuple[SweepFile, list[Panel]]:
@@ -25,10 +34,8 @@ def load_study(
     from ssilbench.leaderboard.figures import collect
     from ssilbench.runner.results_db import ResultsStore
     from ssilbench.runner.spec import design_id_of
-    from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
 
-    sweep_file = load_sweep_file(Path(path))
-    titles = panel_titles(plugins, sweep_file, quick)
+    sweep_file, titles = study_panels(plugins, path, quick)
     with ResultsStore(Path(results), create=False) as store:
         records = [r for r in store.rows("done") if design_id_of(r) in titles]
     if not records and not allow_empty:
