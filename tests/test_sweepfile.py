@@ -119,13 +119,30 @@ def _cli(capsys, *args) -> tuple[int, str]:
     return code, capsys.readouterr().err
 
 
-def test_run_plot_and_report_from_a_sweep_file(tmp_path, capsys):
+def without_datasets_or_simulators(tmp_path, monkeypatch) -> None:
+    """Drawing from the store must need neither: remove the datasets and make opening one,
+    or checking the simulator, fail."""
+    import shutil
+
+    shutil.rmtree(tmp_path / "data")
+    task_cls = type(load_plugins().environments.create("maze").load("10x10"))
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a dataset or a simulator was needed")
+
+    monkeypatch.setattr(task_cls, "dataset", forbidden)
+    monkeypatch.setattr(task_cls, "check_rollouts", forbidden)
+
+
+def test_run_plot_and_report_from_a_sweep_file(tmp_path, capsys, monkeypatch):
     path = write(tmp_path, GOOD)
     common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
     code, err = _cli(capsys, "run", "--sweep", str(path), "-q", *common)
     assert code == 0, err
     assert "16 run(s) done" in err  # 2 methods x 2 maze seeds x 2 budgets x 2 seeds
 
+    without_datasets_or_simulators(tmp_path, monkeypatch)
+    common = ["--results", str(tmp_path / "results")]
     code, err = _cli(capsys, "plot", "--sweep", str(path), *common, "--out", str(tmp_path / "f"))
     assert code == 0, err
     assert (tmp_path / "f" / "tiny.png").stat().st_size > 1000
@@ -142,8 +159,11 @@ def test_run_plot_and_report_from_a_sweep_file(tmp_path, capsys):
         and "positions: maze:10x10, maze_seed=1" in text
     )
     assert (out.parent / "figures" / "tiny.png").exists()
+    assert not (tmp_path / "data").exists()
+    monkeypatch.undo()
 
-    code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common)
+    code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common,
+                     "--data-root", str(tmp_path / "data"))  # fmt: skip
     assert code == 0 and "already recorded" in err  # the quick runs are a subset
 
     unrun = write(tmp_path, GOOD.replace('name = "tiny"', 'name = "later"').replace(
@@ -169,7 +189,7 @@ def test_sweep_cli_errors_exit_2(tmp_path, capsys):
     code, err = _cli(capsys, "run", "--quick", "--method", "bc", "--env", "maze:10x10",
                      "--budgets", "16", *common)  # fmt: skip
     assert code == 2 and "--quick needs --sweep" in err
-    code, err = _cli(capsys, "plot", "--sweep", str(good), *common)
+    code, err = _cli(capsys, "plot", "--sweep", str(good), "--results", str(tmp_path / "r"))
     assert code == 2 and "No results store" in err
 
 
@@ -193,11 +213,13 @@ def test_blocks_selects_blocks_by_name_or_panel(tmp_path, capsys):
     assert code == 2 and "--blocks needs --sweep" in err
 
 
-def test_status_counts_a_sweep_files_runs(tmp_path, capsys):
+def test_status_counts_a_sweep_files_runs(tmp_path, capsys, monkeypatch):
     path = write(tmp_path, GOOD)
     common = ["--results", str(tmp_path / "results"), "--data-root", str(tmp_path / "data")]
     code, err = _cli(capsys, "run", "--sweep", str(path), "--quick", "-q", *common)
     assert code == 0, err
+    without_datasets_or_simulators(tmp_path, monkeypatch)
+    common = ["--results", str(tmp_path / "results")]
     try:
         main(["status", "--sweep", str(path), *common])
     except SystemExit as exc:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ssilbench.cli.app import State
-from ssilbench.cli.options import data_root_option, quick_option, results_option, sweep_file_option
+from ssilbench.cli.options import quick_option, results_option, sweep_file_option
 from ssilbench.errors import UsageError
 
 
@@ -17,17 +17,15 @@ from ssilbench.errors import UsageError
 @results_option
 @sweep_file_option("Count remaining runs against this sweep file.")
 @quick_option("With --sweep: its [quick] variant.")
-@data_root_option
 @click.pass_obj
-def status(state: State, results: str, sweep_file, quick, data_root) -> None:
+def status(state: State, results: str, sweep_file, quick) -> None:
     """Progress of the sweeps writing to a results store, from any machine that sees it:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
     from ssilbench.runner.results_db import ResultsStore
     from ssilbench.runner.spec import design_id_of
 
-    # The sweep file's runs by design id: found without opening a dataset (--data-root is
-    # accepted as before and not needed).
+    # The sweep file's runs by design id: found without opening a dataset.
     planned: set[str] | None = None
     if sweep_file is not None:
         from ssilbench.leaderboard.studies import study_panels

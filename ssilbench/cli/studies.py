@@ -9,17 +9,17 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.app import State
-from ssilbench.cli.options import data_root_option, quick_option, results_option, sweep_file_option
+from ssilbench.cli.options import quick_option, results_option, sweep_file_option
 from ssilbench.cli.tasks import expand_envs
 from ssilbench.runner.run_options import comma_list
 
 
 def study_options(command):
-    """The options every study command takes: sweep files, --quick, --results, --data-root
-    (accepted as before; the runs of a study are found without opening a dataset)."""
+    """The options every study command takes: sweep files, --quick, --results. (No
+    --data-root: a study's runs are found in the store without opening a dataset.)"""
     for option in reversed([sweep_file_option("Sweep file(s) of the studies.", several=True),
                             quick_option("The files' [quick] variants."),
-                            results_option, data_root_option]):  # fmt: skip
+                            results_option]):  # fmt: skip
         command = option(command)
     return command
 
@@ -28,7 +28,7 @@ def study_options(command):
 @study_options
 @click.option("--out", default="figures", show_default=True, help="Folder for PNG and SVG files.")
 @click.pass_obj
-def plot(state: State, sweeps, quick, results, data_root, out) -> None:
+def plot(state: State, sweeps, quick, results, out) -> None:
     """Draw each study's figure (score vs label budget per panel) from the results store."""
     from ssilbench.leaderboard.studies import plot_study
 
@@ -41,7 +41,7 @@ def plot(state: State, sweeps, quick, results, data_root, out) -> None:
 @study_options
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Markdown file.")
 @click.pass_obj
-def report(state: State, sweeps, quick, results, data_root, out) -> None:
+def report(state: State, sweeps, quick, results, out) -> None:
     """Write a replication report: figures, numbers and the paper's claims, checked."""
     from ssilbench.leaderboard.studies import write_report
 

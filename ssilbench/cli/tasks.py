@@ -12,9 +12,9 @@ from ssilbench.errors import UsageError
 def expand_envs(plugins: Any, env_ids: list[str]) -> list[tuple[str, str]]:
     """``(family, task)`` of each id, ``family:all`` expanded, as a sweep expands them."""
     # The planner's own expansion, so that an id means the same in every command.
-    from ssilbench.runner.plan import _expand_envs
+    from ssilbench.runner.plan import expand_envs
 
-    return _expand_envs(plugins, env_ids)
+    return expand_envs(plugins, env_ids)
 
 
 def parse_options(options: Iterable[str]) -> dict[str, Any]:

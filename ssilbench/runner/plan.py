@@ -181,7 +181,7 @@ class Plan:
         self.runs.append(spec)
 
 
-def _expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
+def expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for env_id in env_ids:
         family, task = split_env_id(env_id)
@@ -307,7 +307,7 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> Plan:
     for m in methods.values():
         plan.methods[Plan.method_key(m.name, m.config.model_dump(mode="json"))] = m
 
-    for family, task_name in _expand_envs(plugins, sweep.envs):
+    for family, task_name in expand_envs(plugins, sweep.envs):
         environment = plugins.environments.create(family)
         options = validate_model(
             environment.Options, sweep.options, f"options of environment '{family}'"
