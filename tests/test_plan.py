@@ -10,7 +10,7 @@ from ssilbench.errors import ConfigError, UnknownNameError, UsageError
 from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
 from ssilbench.runner.plan import (
     build_plan,
-    label,
+    display_label,
     non_default,
     parse_assignments,
     parse_value,
@@ -88,14 +88,14 @@ def test_steps_scale_is_a_fraction_of_the_environment_default(plugins, data_root
 def test_labels_name_only_values_that_differ_from_the_defaults():
     from pydantic import BaseModel
 
-    from ssilbench.runner.plan import label
+    from ssilbench.runner.plan import display_label
 
     class Config(BaseModel):
         hidden: tuple[int, ...] = (128, 128)
         lr: float = 1e-3
 
-    assert label("m", {"hidden": [128, 128]}, Config) == "m"  # a tuple read back as a list
-    assert label("m", {"hidden": [64], "lr": 0.01}, Config) == "m (hidden=[64], lr=0.01)"
+    assert display_label("m", {"hidden": [128, 128]}, Config) == "m"  # a tuple read back as a list
+    assert display_label("m", {"hidden": [64], "lr": 0.01}, Config) == "m (hidden=[64], lr=0.01)"
 
 
 def test_unknown_method(plugins, data_root):
@@ -218,10 +218,10 @@ def test_fraction_and_all_budgets(plugins, data_root):
 def test_label_and_non_default(plugins):
     BCConfig = plugins.methods.load("bc").Config  # noqa: N806 (a class)
     VMIDMConfig = plugins.methods.load("vm_idm").Config  # noqa: N806
-    assert label("bc", {"arch": "lc"}, BCConfig) == "bc (arch=lc)"
-    assert label("bc", {}, BCConfig) == "bc"
-    assert label("bc", {"arch": None, "lr": None}, BCConfig) == "bc"
-    assert label("bc", {"lr": 0.01, "arch": "lc"}, BCConfig) == "bc (arch=lc, lr=0.01)"
+    assert display_label("bc", {"arch": "lc"}, BCConfig) == "bc (arch=lc)"
+    assert display_label("bc", {}, BCConfig) == "bc"
+    assert display_label("bc", {"arch": None, "lr": None}, BCConfig) == "bc"
+    assert display_label("bc", {"lr": 0.01, "arch": "lc"}, BCConfig) == "bc (arch=lc, lr=0.01)"
     assert non_default(BCConfig(arch="lc")) == {"arch": "lc"}
     assert non_default(BCConfig()) == {}
     assert non_default(VMIDMConfig(vm_fraction=0.25)) == {"vm_fraction": 0.25}
@@ -229,7 +229,7 @@ def test_label_and_non_default(plugins):
 
 def test_label_of_planned_runs(plugins, data_root):
     plan = build_plan(plugins, sweep(config={"bc.arch": "lc"}), data_root)
-    labels = {label(r.method, r.config, plan.method_of(r).cls.Config) for r in plan.runs}
+    labels = {display_label(r.method, r.config, plan.method_of(r).cls.Config) for r in plan.runs}
     assert labels == {"bc (arch=lc)", "vm_idm"}
 
 

@@ -33,6 +33,7 @@ PUBLIC_FOR_TESTS = (*PUBLIC, "ssilbench.testing")
 BUILT_IN = sorted(p.name for p in PLUGINS.iterdir() if (p / "__init__.py").is_file())
 """The built-in plugin packages (``ssilbench_maze``, ...)."""
 
+
 def imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, module) of every absolute import in a file; ``from package import name``
     yields ``package.name`` as well, since the name may be a module."""

@@ -13,7 +13,14 @@ from ssilbench.errors import ConfigError, UsageError
 from ssilbench.leaderboard.table import build_table
 from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
 from ssilbench.runner.identity import dataset_fingerprint
-from ssilbench.runner.plan import Plan, build_plan, open_datasets, prepare, resolve, resolve_plan
+from ssilbench.runner.plan import (
+    SweepPlan,
+    build_plan,
+    open_datasets,
+    prepare,
+    resolve,
+    resolve_plan,
+)
 from ssilbench.runner.results_db import ResultsStore
 from ssilbench.runner.spec import SPEC_VERSION, RunSpec, Sweep
 from ssilbench.runner.sweep import run_sweep, work_unit
@@ -101,7 +108,7 @@ def test_eval_protocol_data_and_plugin_version_each_make_a_new_run(plugins, tmp_
     assert other_version.run_id != base.run_id
 
     # The dataset is generated again by another generator version.
-    dataset = build_plan(plugins, tiny(), tmp_path).tasks[Plan.task_key(base)].dataset
+    dataset = build_plan(plugins, tiny(), tmp_path).tasks[SweepPlan.task_key(base)].dataset
     TransitionStore.write(
         dataset.root, np.asarray(dataset.obs), np.asarray(dataset.actions),
         np.asarray(dataset.rewards), np.asarray(dataset.episode_ends),
@@ -128,9 +135,9 @@ def test_a_worker_needs_only_the_specs_and_refuses_changed_data(plugins, tmp_pat
 def test_a_spec_from_another_installation_is_refused(plugins):
     [spec] = resolve(plugins, tiny())
     with pytest.raises(ConfigError, match="plugins installed here"):
-        Plan.of(plugins, [spec.model_copy(update={"protocol": "f" * 16})])
+        SweepPlan.of(plugins, [spec.model_copy(update={"protocol": "f" * 16})])
     with pytest.raises(ConfigError, match="spec version"):
-        Plan.of(plugins, [spec.model_copy(update={"version": SPEC_VERSION - 1})])
+        SweepPlan.of(plugins, [spec.model_copy(update={"version": SPEC_VERSION - 1})])
 
 
 def test_a_changed_protocol_reruns_and_the_leaderboard_never_pools_the_two(
@@ -174,4 +181,4 @@ def test_runs_recorded_before_spec_version_4_are_read_and_never_pooled_with_new_
     with pytest.raises(UsageError, match="differ in version, protocol, data, plugins"):
         build_table(rows)
     assert build_table(rows, latest=True).tables[0].cell("bc", "16").n == 1
-    open_datasets(Plan.of(plugins, [spec]), tmp_path / "data")  # the data is still the same
+    open_datasets(SweepPlan.of(plugins, [spec]), tmp_path / "data")  # the data is still the same

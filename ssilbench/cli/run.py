@@ -20,7 +20,7 @@ from ssilbench.cli.options import (
 from ssilbench.runner.run_options import EXECUTORS
 
 if TYPE_CHECKING:
-    from ssilbench.runner.sweep import SweepReport
+    from ssilbench.runner.sweep import SweepSummary
 
 # Flags that go into RunOptions.executor rather than RunOptions itself.
 EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partition",
@@ -184,7 +184,7 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
         sys.exit(1)
 
 
-def summary_lines(report: SweepReport, results_dir: Path) -> list[str]:
+def summary_lines(report: SweepSummary, results_dir: Path) -> list[str]:
     """What a finished sweep tells on stderr: counts, each failure, what to run next."""
     lines = [
         f"{report.done} run(s) done, {report.skipped} already recorded, "

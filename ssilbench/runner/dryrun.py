@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ssilbench.api import Stage
-from ssilbench.runner.plan import Plan
+from ssilbench.runner.plan import SweepPlan
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.worker import stage_scope
 from ssilbench.train.memo import StageCache, share_identity
 
 
-def _identities(plan: Plan, index: int) -> list[tuple[Stage, str | None]]:
+def _identities(plan: SweepPlan, index: int) -> list[tuple[Stage, str | None]]:
     spec = plan.runs[index]
     scope = stage_scope(spec, plan.task_of(spec))
     return [
@@ -30,7 +30,7 @@ def _identities(plan: Plan, index: int) -> list[tuple[Stage, str | None]]:
     ]
 
 
-def leaders_first(plan: Plan, units: list[list[int]]) -> list[list[int]]:
+def leaders_first(plan: SweepPlan, units: list[list[int]]) -> list[list[int]]:
     """Units in an order where the first unit to need each shared stage comes before every
     other unit that needs it (the others then find it trained, or wait less)."""
     seen: set[str] = set()
@@ -68,7 +68,7 @@ class StageWork:
 
 @dataclass
 class DryRun:
-    plan: Plan
+    plan: SweepPlan
     pending: list[int]
     done: int
     works: list[StageWork]
@@ -170,7 +170,7 @@ def _table(works: list[StageWork]) -> str:
 
 
 def dry_run(
-    plan: Plan,
+    plan: SweepPlan,
     plugins,
     device,
     done_ids: set[str],

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
 
     from ssilbench.plugins import Plugins
     from ssilbench.runner.dryrun import DryRun
-    from ssilbench.runner.plan import Plan
+    from ssilbench.runner.plan import SweepPlan
     from ssilbench.runner.spec import Sweep
-    from ssilbench.runner.sweep import SweepReport
+    from ssilbench.runner.sweep import SweepSummary
     from ssilbench.runner.timings import Timings
 
 
@@ -31,14 +31,14 @@ class PreparedRun:
     """A planned sweep, ready to execute or preview."""
 
     options: RunOptions
-    plan: Plan
+    plan: SweepPlan
     sweeps: list[Sweep]
     results_dir: Path
     device: torch.device
     executor: Any  # RayExecutor | SlurmExecutor | None (this machine)
 
 
-def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[Plan, list[Sweep], Path]:
+def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[Sweep], Path]:
     """The checked plan of the sweep ``options`` describe, its sweeps and the results folder
     (made and proved writable unless this is a dry run, which writes nothing)."""
     from ssilbench.runner.plan import build_plan
@@ -81,7 +81,7 @@ def execute_run(
     plugins: Plugins,
     plugin_flags: tuple[str, ...],
     on_progress: Callable[[str, str], None] | None = None,
-) -> SweepReport:
+) -> SweepSummary:
     """Execute the runs not recorded yet into the results store; ``plugin_flags`` let worker
     processes load the same plugins, ``on_progress(event, text)`` follows the sweep."""
     from ssilbench.runner.results_db import ResultsStore

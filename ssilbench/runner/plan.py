@@ -7,7 +7,7 @@ needing a simulator. :func:`prepare` then builds or verifies the datasets, check
 budgets against their sizes and the simulators the rollouts need, and gives each spec its
 dataset's fingerprint. A sweep either starts with every run well-formed or stops with one
 clear message and nothing recorded. A worker needs nothing but the prepared specs: it
-rebuilds what it needs from them with :meth:`Plan.of`.
+rebuilds what it needs from them with :meth:`SweepPlan.of`.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class MethodInfo:
 
 
 @dataclass
-class Plan:
+class SweepPlan:
     """Checked runs plus the resolved objects a worker needs for them."""
 
     runs: list[RunSpec]
@@ -140,7 +140,7 @@ class Plan:
     def method_of(self, spec: RunSpec) -> MethodInfo:
         return self.methods[self.method_key(spec.method, spec.config)]
 
-    def extend(self, other: Plan) -> None:
+    def extend(self, other: SweepPlan) -> None:
         """Add another plan's runs (a sweep file's blocks become one plan); runs that both
         contain are kept once."""
         seen = {spec.run_id for spec in self.runs}
@@ -152,7 +152,7 @@ class Plan:
         self.stages.update(other.stages)
 
     @classmethod
-    def of(cls, plugins: Plugins, specs: list[RunSpec]) -> Plan:
+    def of(cls, plugins: Plugins, specs: list[RunSpec]) -> SweepPlan:
         """The plan of runs given as specs alone (what a worker receives): their methods,
         tasks and stages, rebuilt from the specs without touching a file. A spec resolved by
         another installation (another version of a plugin, another protocol) is refused."""
@@ -296,16 +296,16 @@ def resolve(plugins: Plugins, sweep: Sweep) -> list[RunSpec]:
     return resolve_plan(plugins, sweep).runs
 
 
-def resolve_plan(plugins: Plugins, sweep: Sweep) -> Plan:
+def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
     """:func:`resolve`, with the methods, tasks and stages it resolved on the way."""
-    plan = Plan(runs=[])
+    plan = SweepPlan(runs=[])
     classes = [plugins.methods.load(name) for name in sweep.methods]
     methods = {
         name: MethodInfo(name, cls, _method_config(name, cls, sweep, classes))
         for name, cls in zip(sweep.methods, classes, strict=True)
     }
     for m in methods.values():
-        plan.methods[Plan.method_key(m.name, m.config.model_dump(mode="json"))] = m
+        plan.methods[SweepPlan.method_key(m.name, m.config.model_dump(mode="json"))] = m
 
     for family, task_name in expand_envs(plugins, sweep.envs):
         environment = plugins.environments.create(family)
@@ -351,7 +351,7 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> Plan:
     return plan
 
 
-def prepare(plan: Plan, data_root: Path, datasets: str = "prepare") -> Plan:
+def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> SweepPlan:
     """Open (building or verifying where needed) the dataset of every task of a resolved
     plan, check the label budgets against the datasets' sizes and the simulators that the
     rollouts need, and fill in each spec's ``data`` fingerprint; returns the prepared plan.
@@ -360,15 +360,15 @@ def prepare(plan: Plan, data_root: Path, datasets: str = "prepare") -> Plan:
     ones already there and writes nothing (a task whose dataset is not built, imported or
     readable yet gets none, its runs keep ``data`` unset, and its budgets are checked when
     a run prepares it)."""
-    out = Plan(runs=[], methods=dict(plan.methods))
+    out = SweepPlan(runs=[], methods=dict(plan.methods))
     for key, info in plan.tasks.items():
         dataset = info.dataset or _dataset(info.task, Path(data_root), datasets)
         out.tasks[key] = TaskInfo(info.env, info.options, info.task, dataset)
     checked: set[tuple[str, str]] = set()
     for spec in plan.runs:
-        task = out.tasks[Plan.task_key(spec)]
+        task = out.tasks[SweepPlan.task_key(spec)]
         if task.dataset is not None:
-            if (key := (Plan.task_key(spec), spec.budget)) not in checked:
+            if (key := (SweepPlan.task_key(spec), spec.budget)) not in checked:
                 available = available_items(task.dataset, task.spec.budget_unit)
                 resolve_budget(spec.budget, available, task.spec.budget_unit)
                 checked.add(key)
@@ -377,14 +377,14 @@ def prepare(plan: Plan, data_root: Path, datasets: str = "prepare") -> Plan:
             prepared = spec
         out.runs.append(prepared)
         out.stages[prepared.run_id] = plan.stages[spec.run_id]
-    for key in {Plan.task_key(s) for s in plan.runs if s.rollouts}:
+    for key in {SweepPlan.task_key(s) for s in plan.runs if s.rollouts}:
         out.tasks[key].task.check_rollouts()
     return out
 
 
-def open_datasets(plan: Plan, data_root: Path) -> None:
+def open_datasets(plan: SweepPlan, data_root: Path) -> None:
     """Open, without writing anything, the datasets of a plan rebuilt from prepared specs
-    (:meth:`Plan.of`, in a worker), and check that each is the one its runs were planned
+    (:meth:`SweepPlan.of`, in a worker), and check that each is the one its runs were planned
     on: a dataset built or imported again since then is refused, not silently used."""
     for spec in plan.runs:
         task = plan.task_of(spec)
@@ -400,7 +400,9 @@ def open_datasets(plan: Plan, data_root: Path) -> None:
             )
 
 
-def build_plan(plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = "prepare") -> Plan:
+def build_plan(
+    plugins: Plugins, sweep: Sweep, data_root: Path, datasets: str = "prepare"
+) -> SweepPlan:
     """Resolve and prepare a sweep (see :func:`resolve` and :func:`prepare`)."""
     return prepare(resolve_plan(plugins, sweep), data_root, datasets)
 
@@ -426,7 +428,7 @@ def non_default(model: BaseModel) -> dict[str, Any]:
     }
 
 
-def label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
+def display_label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
     """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults."""
     diff = non_default(model.model_validate(values))
     return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(diff.items()))})" if diff else name

@@ -19,7 +19,7 @@ import torch
 
 from ssilbench.plugins import Plugins
 from ssilbench.runner.dryrun import leaders_first
-from ssilbench.runner.plan import Plan, label, open_datasets
+from ssilbench.runner.plan import SweepPlan, display_label, open_datasets
 from ssilbench.runner.results_db import ResultsStore
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.units import (
@@ -40,7 +40,7 @@ from ssilbench.runner.worker import (
 
 
 @dataclass
-class SweepReport:
+class SweepSummary:
     total: int
     skipped: int = 0
     elsewhere: int = 0  # claimed by another live sweep on the same store
@@ -55,20 +55,20 @@ class SweepReport:
         return not self.failed and not self.failed_before and not self.interrupted
 
 
-def run_label(plan: Plan, spec: RunSpec) -> tuple[str, str]:
+def run_label(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
     """(method label, env label) with non-default config/options spelled out."""
     method = plan.method_of(spec)
     task = plan.task_of(spec)
     return (
-        label(spec.method, spec.config, method.cls.Config),
-        label(spec.env, spec.options, type(task.options)),
+        display_label(spec.method, spec.config, method.cls.Config),
+        display_label(spec.env, spec.options, type(task.options)),
     )
 
 
 MAX_GROUP = 64  # runs stacked into one computation at most
 
 
-def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
+def groups(plan: SweepPlan, pending: list[int]) -> list[list[int]]:
     """Pending runs in execution units: runs of a batched method that share the task, the
     config and the step settings go together (budgets and seeds differ); others alone."""
     limit = MAX_GROUP
@@ -79,7 +79,7 @@ def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
         if not plan.method_of(spec).cls.batched:
             out.append([index])
             continue
-        key = (Plan.method_key(spec.method, spec.config), Plan.task_key(spec), spec.steps,
+        key = (SweepPlan.method_key(spec.method, spec.config), SweepPlan.task_key(spec), spec.steps,
                spec.eval_every, spec.stop_early)  # fmt: skip
         unit = units.setdefault(key, [])
         if not unit:
@@ -91,7 +91,7 @@ def groups(plan: Plan, pending: list[int]) -> list[list[int]]:
 
 
 def _execute(
-    plan: Plan,
+    plan: SweepPlan,
     plugins: Plugins,
     specs: Unit,
     device: torch.device,
@@ -139,19 +139,19 @@ def _init_worker(setup: PoolSetup, slots: Any = None) -> None:
     visible = torch.cuda.device_count() if setup.device.startswith("cuda") else 0
     device = worker_device(setup.device, slot, visible)
     torch.set_num_threads(setup.threads)
-    _WORKER.update(plugins=load_plugins(setup.plugin_flags), plan=Plan(runs=[]),
+    _WORKER.update(plugins=load_plugins(setup.plugin_flags), plan=SweepPlan(runs=[]),
                    device=torch.device(device), storage=setup.storage, setup=setup)  # fmt: skip
 
 
 def _work(unit: Unit) -> list[WorkerResult]:
     w = _WORKER
-    plan: Plan = w["plan"]
+    plan: SweepPlan = w["plan"]
     try:
         # Tasks, methods and opened datasets are kept for the process's later units.
         for spec in unit:
             if spec.run_id not in plan.stages:
                 plan.add(w["plugins"], spec)
-        open_datasets(Plan(unit, plan.tasks, plan.methods, plan.stages), w["setup"].data_root)
+        open_datasets(SweepPlan(unit, plan.tasks, plan.methods, plan.stages), w["setup"].data_root)
     except Exception as exc:  # the unit cannot start here; its runs fail with the reason
         failure = RunFailure(traceback.format_exc(), f"{type(exc).__name__}: {exc}")
         return [WorkerResult(s.run_id, 0.0, failure=failure) for s in unit]
@@ -182,7 +182,7 @@ def _in_pool(units: list[Unit], setup: PoolSetup, workers: int) -> Iterator[Work
 
 
 def run_sweep(
-    plan: Plan,
+    plan: SweepPlan,
     plugins: Plugins,
     store: ResultsStore,
     device: torch.device,
@@ -193,7 +193,7 @@ def run_sweep(
     stack: bool = True,
     storage: RunStorage | None = None,
     executor: Executor | None = None,
-) -> SweepReport:
+) -> SweepSummary:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
     ``storage`` says where trained stages are reused from and checkpoints go; runs that
     checkpoint are trained one at a time (a stacked unit has no per-run checkpoints).
@@ -203,7 +203,7 @@ def run_sweep(
     statuses = store.statuses()
     provenance = versions(plugins)
     device_name = describe_device(device)
-    report = SweepReport(total=len(plan.runs))
+    report = SweepSummary(total=len(plan.runs))
     notify = on_progress or (lambda event, text: None)
 
     labels = {}

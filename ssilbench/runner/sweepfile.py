@@ -238,9 +238,9 @@ def plan_blocks(
 ):  # fmt: skip
     """One checked plan for every block of the file; errors name the file and the block
     (``datasets``: as for ``build_plan``)."""
-    from ssilbench.runner.plan import Plan, build_plan
+    from ssilbench.runner.plan import SweepPlan, build_plan
 
-    plan = Plan(runs=[])
+    plan = SweepPlan(runs=[])
     sweeps = []
     for number, block in enumerate(sweep_file.blocks(quick), start=1):
         for sweep in block.sweeps():

@@ -20,7 +20,7 @@ from ssilbench.errors import UsageError
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
-from ssilbench.runner.plan import MethodInfo, Plan, TaskInfo
+from ssilbench.runner.plan import MethodInfo, SweepPlan, TaskInfo
 from ssilbench.runner.results_db import RunOutcome
 from ssilbench.runner.spec import RunSpec
 from ssilbench.train.budget import StagePlan, check_stages
@@ -121,7 +121,7 @@ class PreparedRun:
 def stage_scope(spec: RunSpec, task: TaskInfo) -> dict[str, Any]:
     """The run's place among runs that may share stages (``StagePlan.scope``)."""
     data = task.dataset.content_id() if task.dataset is not None else None
-    return {"env": Plan.task_key(spec), "data": data, "seed": spec.seed, "budget": spec.budget}
+    return {"env": SweepPlan.task_key(spec), "data": data, "seed": spec.seed, "budget": spec.budget}
 
 
 def set_up_run(
