@@ -1,9 +1,10 @@
 """Where the units of a sweep run: this machine (``ssilbench.runner.sweep``), a Ray
 cluster, or SLURM through submitit.
 
-Every executor gets the same units (one run, or runs stacked into one computation) and the
-same ``PoolSetup``, from which the remote process rebuilds the plan; it yields each run's
-``(index, status, payload, wall)`` back to the sweep, which alone writes the results store.
+Every executor (``ssilbench.runner.units.Executor``) gets the same units (the prepared
+specs of one run, or of runs stacked into one computation) and the same ``PoolSetup``, which
+are all the remote process needs; it yields each run's ``WorkerResult`` back to the sweep,
+which alone writes the results store.
 A unit whose process dies is reported by raising ``ExecutorLost``; the sweep then marks the
 unfinished runs interrupted, and a later sweep resumes them (from their checkpoints with
 ``--checkpoint-every``).
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ssilbench.errors import UsageError
-from ssilbench.runner.sweep import ExecutorLost, PoolSetup, work_unit
+from ssilbench.runner.sweep import work_unit
+from ssilbench.runner.units import Executor, ExecutorLost, PoolSetup, Unit, WorkerResult
 
 if TYPE_CHECKING:
     from ssilbench.runner.run_options import ExecutorSettings
@@ -38,7 +40,7 @@ class RayExecutor:
     def describe(self) -> str:
         return f"Ray ({self.address or 'local'})"
 
-    def run(self, units: list[list[int]], setup: PoolSetup) -> Iterator[tuple]:
+    def run(self, units: list[Unit], setup: PoolSetup) -> Iterator[WorkerResult]:
         ray = _import("ray")
         started_here = not ray.is_initialized()
         if started_here:
@@ -85,7 +87,7 @@ class SlurmExecutor:
         where = self.cluster or f"SLURM{f' ({self.partition})' if self.partition else ''}"
         return f"{where}, at most {self.parallelism} at once"
 
-    def run(self, units: list[list[int]], setup: PoolSetup) -> Iterator[tuple]:
+    def run(self, units: list[Unit], setup: PoolSetup) -> Iterator[WorkerResult]:
         submitit = _import("submitit")
         if self.cluster is None and shutil.which("sbatch") is None:
             raise UsageError(
@@ -115,10 +117,10 @@ class _Job:
     """The job function; submitit requeues it (same arguments) when the job is pre-empted
     or times out, and the run resumes from its checkpoints."""
 
-    def __call__(self, setup: PoolSetup, unit: list[int]) -> list[tuple]:
+    def __call__(self, setup: PoolSetup, unit: Unit) -> list[WorkerResult]:
         return work_unit(setup, unit)
 
-    def checkpoint(self, setup: PoolSetup, unit: list[int]):
+    def checkpoint(self, setup: PoolSetup, unit: Unit):
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, setup, unit)
@@ -148,9 +150,7 @@ def _import(name: str):
         raise UsageError(f"--executor needs the package '{name}': {INSTALL}.") from None
 
 
-def make_executor(
-    settings: ExecutorSettings, results_dir: Path
-) -> RayExecutor | SlurmExecutor | None:
+def make_executor(settings: ExecutorSettings, results_dir: Path) -> Executor | None:
     """The executor ``settings`` ask for (None: this machine's own pool). SLURM keeps its job
     files in ``results_dir/slurm``. The settings are checked when a RunOptions is made."""
     if settings.kind == "ray":
