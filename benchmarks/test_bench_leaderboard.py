@@ -16,7 +16,7 @@ import pytest
 
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import ResultsStore, RunOutcome
+from ssilbench.runner.results_db import ResultsStore, RunOutcome, RunRecord
 from ssilbench.runner.spec import RunSpec
 
 NORM = {"name": "paper", "low": 0.0, "high": 10.0}
@@ -43,17 +43,14 @@ def big_store(tmp_path_factory) -> Path:
                 for seed in SEEDS:
                     spec = _spec(method, game, budget, seed)
                     score = rng.random()
-                    records.append({
-                        "run_id": spec.run_id, "spec": spec.model_dump(mode="json"),
-                        "method": method, "method_label": method, "env": spec.env,
-                        "env_label": spec.env, "budget": budget, "seed": seed,
-                        "status": "done", "attempts": 1, "n_labeled": int(budget),
-                        "score": score, "final_score": score, "max_score": score,
-                        "report": "max", "normaliser": NORM, "metrics": {"return": 10 * score},
-                        "timeline": [{"step": 120000, "score": score}], "stages": {},
-                        "versions": {"ssilbench": "0.1.0", "git": "abc", "torch": "2.13.0"},
-                        "device": "cuda:0 (H100)",
-                    })  # fmt: skip
+                    records.append(RunRecord.of(
+                        spec, attempts=1, n_labeled=int(budget),
+                        score=score, final_score=score, max_score=score,
+                        report="max", normaliser=NORM, metrics={"return": 10 * score},
+                        timeline=[{"step": 120000, "score": score}], stages={},
+                        versions={"ssilbench": "0.1.0", "git": "abc", "torch": "2.13.0"},
+                        device="cuda:0 (H100)",
+                    ))  # fmt: skip
     with ResultsStore(directory) as store:
         store.put_rows(records)
     return directory

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -154,7 +155,7 @@ def test_entropy_gaps_use_the_largest_shared_budget(result):
 
 
 def test_chosen_entropy_budget(records):
-    groups = {r["env_label"]: "simple" for r in records}
+    groups = {r.env_label: "simple" for r in records}
     chosen = analyze(records, IDM, BC, groups, entropy_budget="16")
     assert game(chosen, "bigfish").entropy_gap == pytest.approx(2.0 - 1.0)
     assert game(chosen, "bigfish").entropy_budget == "16"
@@ -243,11 +244,11 @@ def test_classes_come_from_the_procgen_metadata(records):
 
 def test_resolve_label(records):
     assert resolve_label(records, "bc", "--baseline", "procgen:all") == "bc"
-    variants = [{**r, "method_label": "bc (lr=0.1)"} for r in records if r["method"] == "bc"]
+    variants = [replace(r, method_label="bc (lr=0.1)") for r in records if r.method == "bc"]
     assert resolve_label(variants, "bc", "--baseline", "procgen:all") == "bc (lr=0.1)"
     # An exact label wins; a bare name standing for several variants must be chosen.
     assert resolve_label([*records, *variants], "bc", "--baseline", "procgen:all") == "bc"
-    others = [{**r, "method_label": "bc (lr=0.2)"} for r in variants]
+    others = [replace(r, method_label="bc (lr=0.2)") for r in variants]
     with pytest.raises(UsageError, match="several variants of 'bc'"):
         resolve_label([*variants, *others], "bc", "--baseline", "procgen:all")
 

@@ -119,18 +119,22 @@ def test_make_executor_builds_what_the_settings_ask_for(tmp_path):
 
 
 def test_a_run_left_by_a_gone_process_of_this_host_is_stale_for_store_and_status():
+    from dataclasses import replace
+
     from ssilbench.cli.status import progress_lines
-    from ssilbench.runner.results_db import is_stale
+    from ssilbench.runner.results_db import RunRecord, is_stale
+    from ssilbench.runner.spec import RunSpec
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     here = socket.gethostname()
-    row = {"status": "running", "host": here, "pid": gone.pid, "run_id": "r", "started_at": None,
-           "finished_at": None, "method_label": "bc", "env_label": "maze:10x10"}  # fmt: skip
+    spec = RunSpec(method="bc", config={}, env="maze:10x10", options={}, budget="16", seed=0,
+                   steps=60, eval_every=30)  # fmt: skip
+    row = RunRecord.of(spec, status="running", host=here, pid=gone.pid)
     assert is_stale(row)
-    assert not is_stale({**row, "pid": os.getpid()})
-    assert not is_stale({**row, "host": f"not-{here}"})
-    assert not is_stale({**row, "status": "done"})
+    assert not is_stale(replace(row, pid=os.getpid()))
+    assert not is_stale(replace(row, host=f"not-{here}"))
+    assert not is_stale(replace(row, status="done"))
     assert progress_lines([row], None, 0.0)[0] == "0 done, 0 running, 0 failed, 1 interrupted"
 
 

@@ -7,12 +7,15 @@ import io
 import json
 import math
 import re
+from dataclasses import replace
 
 import pytest
 
 from ssilbench.leaderboard.render import render, to_csv, to_json, to_markdown
 from ssilbench.leaderboard.stats import mean_ci95, t975
 from ssilbench.leaderboard.table import build_table
+from ssilbench.runner.results_db import RunRecord
+from ssilbench.runner.spec import RunSpec
 
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 
@@ -73,17 +76,14 @@ def test_mean_ci95_empty():
 # --- the table ---------------------------------------------------------------------------
 
 
-def record(env, method, budget, score, seed=0, metrics=None, report="final", normaliser=NORM):
-    return {
-        "env_label": env,
-        "method_label": method,
-        "budget": budget,
-        "seed": seed,
-        "score": score,
-        "metrics": metrics if metrics is not None else {},
-        "report": report,
-        "normaliser": normaliser,
-    }
+def record(
+    env, method, budget, score, seed=0, metrics=None, report="final", normaliser=NORM, **columns
+) -> RunRecord:
+    """A finished run of ``method`` (its label too) on ``env``; ``columns`` set the rest."""
+    spec = RunSpec(method=method, config={}, env=env, options={}, budget=budget, seed=seed,
+                   steps=100, eval_every=50)  # fmt: skip
+    return RunRecord.of(spec, score=score, metrics=metrics if metrics is not None else {},
+                        report=report, normaliser=normaliser, **columns)  # fmt: skip
 
 
 # maze:10x10: bc and vm_idm over budgets 16, 64, 0.5, all (vm_idm has no 0.5 cell);
@@ -245,10 +245,9 @@ def test_records_without_the_metric_are_ignored():
     recs = [
         record("maze:10x10", "bc", "16", 0.5, 0, {"test_accuracy": 0.25}),
         record("maze:10x10", "bc", "16", 0.7, 1, {}),
-        record("maze:10x10", "bc", "16", 0.9, 2, None),
+        replace(record("maze:10x10", "bc", "16", 0.9, 2), metrics=None),
         record("maze:20x20", "bc", "16", 0.9, 0, {}),
     ]
-    recs[2]["metrics"] = None
     table = build_table(recs, metric="test_accuracy")
     assert [t.env for t in table.tables] == ["maze:10x10"]
     cell = table.tables[0].cell("bc", "16")
@@ -299,7 +298,7 @@ def test_environments_of_one_family_and_options_form_a_suite(table):
 
 def test_sample_efficiency_is_the_mean_score_on_a_log_budget_scale():
     rows = [
-        {**record("maze:10x10", "bc", b, v), "n_labeled": n}
+        record("maze:10x10", "bc", b, v, n_labeled=n)
         for b, v, n in (("16", 0.2, 16), ("64", 0.6, 64), ("256", 1.0, 256))
     ]
     t = build_table(rows).tables[0]

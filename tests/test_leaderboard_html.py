@@ -13,6 +13,8 @@ import pytest
 
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
+from ssilbench.runner.results_db import RunRecord
+from ssilbench.runner.spec import RunSpec
 
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 EVIL = "<script>alert(1)</script>"
@@ -25,11 +27,13 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-sync"]  # fmt: skip
 
 
-def record(env, method, budget, score, seed, n):
-    return {"env_label": env, "method_label": method, "budget": budget, "seed": seed,
-            "score": score, "metrics": {}, "report": "final", "normaliser": NORM,
-            "n_labeled": n, "device": "cpu (x86_64, 1 threads)",
-            "versions": {"ssilbench": "0.1.0", "git": "abc1234", "torch": "2.13.0"}}  # fmt: skip
+def record(env, method, budget, score, seed, n) -> RunRecord:
+    spec = RunSpec(method=method, config={}, env=env, options={}, budget=budget, seed=seed,
+                   steps=100, eval_every=50)  # fmt: skip
+    versions = {"ssilbench": "0.1.0", "git": "abc1234", "torch": "2.13.0"}
+    device = "cpu (x86_64, 1 threads)"
+    return RunRecord.of(spec, score=score, metrics={}, report="final", normaliser=NORM,
+                        n_labeled=n, device=device, versions=versions)  # fmt: skip
 
 
 def records():

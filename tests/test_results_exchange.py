@@ -89,3 +89,39 @@ def test_export_errors_exit_2(cli, exported, tmp_path):
     blocked.write_text("")
     out = cli("results", "export", "--results", str(cli.results), "--out", str(blocked / "x"))
     assert out.returncode == 2 and "Cannot write" in out.stderr
+
+
+def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchanged(tmp_path):
+    # The file format, checked against the store's own columns rather than RunRecord, so
+    # that the records the store hands out cannot drift from what older exports hold.
+    from ssilbench.runner.exchange import export_results, merge_results, read_export
+    from ssilbench.runner.results_db import COLUMNS, JSON_COLUMNS, ResultsStore, RunOutcome
+    from ssilbench.runner.spec import RunSpec
+
+    specs = [RunSpec(method="bc", config={"lr": 0.001}, env="maze:10x10", options={},
+                     budget="16", seed=seed, steps=60, eval_every=30)
+             for seed in (0, 1, 2)]  # fmt: skip
+    outcome = RunOutcome(n_labeled=16, score=None, final_score=None, max_score=None,
+                         report="final", normaliser={}, timeline=[{"step": 30, "score": 0.5}],
+                         metrics={"test_accuracy": 0.25},
+                         stages={"policy": {"used": 60}})  # fmt: skip
+    path = tmp_path / "runs.jsonl"
+    with ResultsStore(tmp_path / "a") as store:
+        for s in specs:
+            store.start(s, "bc (lr=0.001)", "maze:10x10", "cpu", {"ssilbench": "0"})
+        store.finish(specs[0].run_id, outcome, wall_time=2.0)
+        store.fail(specs[1].run_id, "Traceback ...", wall_time=1.0)
+        assert export_results(store, path, ("done", "failed", "running")) == 3
+        store.db.row_factory = sqlite3.Row
+        expected = [
+            {c: json.loads(r[c]) if c in JSON_COLUMNS and r[c] else r[c] for c in COLUMNS}
+            for r in store.db.execute("SELECT * FROM runs ORDER BY rowid")
+        ]
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["runs"] == 3
+    assert lines[1:] == [json.dumps(e, sort_keys=True) for e in expected]
+    with ResultsStore(tmp_path / "b") as other:
+        report = merge_results(other, read_export(path), str(path))
+        assert report.added == 3
+        export_results(other, tmp_path / "again.jsonl", ("done", "failed", "running"))
+    assert (tmp_path / "again.jsonl").read_text().splitlines()[1:] == lines[1:]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 
 import pytest
 
 from ssilbench.errors import ResultsStoreError
-from ssilbench.runner.results_db import DB_NAME, ResultsStore, RunOutcome, ensure_writable
+from ssilbench.runner.results_db import (
+    DB_NAME,
+    ResultsStore,
+    RunOutcome,
+    RunRecord,
+    ensure_writable,
+)
 from ssilbench.runner.spec import RunSpec
 
 DEAD_PID = 2**31 - 1  # above any kernel's pid_max: no such process
@@ -51,8 +58,8 @@ def start(store: ResultsStore, run: RunSpec) -> None:
     store.start(run, "bc", "maze:10x10", "cpu", VERSIONS)
 
 
-def row(store: ResultsStore, run_id: str) -> dict:
-    (record,) = [r for r in store.rows(status=None) if r["run_id"] == run_id]
+def row(store: ResultsStore, run_id: str) -> RunRecord:
+    (record,) = [r for r in store.rows(status=None) if r.run_id == run_id]
     return record
 
 
@@ -70,28 +77,28 @@ def test_start_finish_rows_round_trip(store):
     store.finish(run.run_id, OUTCOME, wall_time=12.5)
     assert store.status(run.run_id) == "done"
     (record,) = store.rows()
-    assert record["run_id"] == run.run_id
-    assert record["spec"] == run.model_dump(mode="json")
-    assert record["method"] == "bc" and record["method_label"] == "bc"
-    assert record["env"] == "maze:10x10" and record["env_label"] == "maze:10x10"
-    assert record["budget"] == "16" and record["seed"] == 0
-    assert record["attempts"] == 1
-    assert record["wall_time"] == 12.5
-    assert record["n_labeled"] == 16
-    assert record["score"] == 0.75
-    assert record["final_score"] == 0.75
-    assert record["max_score"] == 0.8
-    assert record["report"] == "final"
-    assert record["normaliser"] == OUTCOME.normaliser
-    assert record["timeline"] == OUTCOME.timeline
-    assert record["metrics"] == OUTCOME.metrics
-    assert record["stages"] == OUTCOME.stages
-    assert record["versions"] == VERSIONS
-    assert record["device"] == "cpu"
-    assert record["host"] == socket.gethostname()
-    assert record["pid"] == os.getpid()
-    assert record["error"] is None
-    assert record["started_at"] <= record["finished_at"]
+    assert record.run_id == run.run_id
+    assert record.spec == run and record.spec_doc == run.model_dump(mode="json")
+    assert record.method == "bc" and record.method_label == "bc"
+    assert record.env == "maze:10x10" and record.env_label == "maze:10x10"
+    assert record.budget == "16" and record.seed == 0
+    assert record.attempts == 1
+    assert record.wall_time == 12.5
+    assert record.n_labeled == 16
+    assert record.score == 0.75
+    assert record.final_score == 0.75
+    assert record.max_score == 0.8
+    assert record.report == "final"
+    assert record.normaliser == OUTCOME.normaliser
+    assert record.timeline == OUTCOME.timeline
+    assert record.metrics == OUTCOME.metrics
+    assert record.stages == OUTCOME.stages
+    assert record.versions == VERSIONS
+    assert record.device == "cpu"
+    assert record.host == socket.gethostname()
+    assert record.pid == os.getpid()
+    assert record.error is None
+    assert record.started_at <= record.finished_at
 
 
 def test_statuses(store):
@@ -109,11 +116,11 @@ def test_a_done_run_is_never_overwritten(store):
     store.finish(run.run_id, OUTCOME, wall_time=1.0)
     store.start(run, "other label", "other env", "cuda:0", {"x": "1"})
     record = row(store, run.run_id)
-    assert record["status"] == "done"
-    assert record["attempts"] == 1
-    assert record["device"] == "cpu"
-    assert record["score"] == 0.75
-    assert record["versions"] == VERSIONS
+    assert record.status == "done"
+    assert record.attempts == 1
+    assert record.device == "cpu"
+    assert record.score == 0.75
+    assert record.versions == VERSIONS
 
 
 def test_fail_records_the_traceback(store):
@@ -122,11 +129,11 @@ def test_fail_records_the_traceback(store):
     text = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: CUDA OOM\n'
     store.fail(run.run_id, text, wall_time=3.0)
     record = row(store, run.run_id)
-    assert record["status"] == "failed"
-    assert record["error"] == text
-    assert record["wall_time"] == 3.0
+    assert record.status == "failed"
+    assert record.error == text
+    assert record.wall_time == 3.0
     assert store.rows() == []
-    assert [r["run_id"] for r in store.rows(status="failed")] == [run.run_id]
+    assert [r.run_id for r in store.rows(status="failed")] == [run.run_id]
 
 
 def test_restart_after_fail_increments_attempts(store):
@@ -135,13 +142,13 @@ def test_restart_after_fail_increments_attempts(store):
     store.fail(run.run_id, "boom", wall_time=1.0)
     start(store, run)
     record = row(store, run.run_id)
-    assert record["status"] == "running"
-    assert record["attempts"] == 2
-    assert record["error"] is None
-    assert record["wall_time"] is None and record["finished_at"] is None
+    assert record.status == "running"
+    assert record.attempts == 2
+    assert record.error is None
+    assert record.wall_time is None and record.finished_at is None
     store.finish(run.run_id, OUTCOME, wall_time=2.0)
-    assert row(store, run.run_id)["status"] == "done"
-    assert row(store, run.run_id)["attempts"] == 2
+    assert row(store, run.run_id).status == "done"
+    assert row(store, run.run_id).attempts == 2
 
 
 def _set(store: ResultsStore, run_id: str, column: str, value) -> None:
@@ -153,14 +160,14 @@ def test_mark_stale_interrupted_uses_the_pid(store):
     start(store, dead)
     start(store, alive)
     _set(store, dead.run_id, "pid", DEAD_PID)
-    assert row(store, alive.run_id)["pid"] == os.getpid()
+    assert row(store, alive.run_id).pid == os.getpid()
     assert store.mark_stale_interrupted() == 1
     assert store.status(dead.run_id) == "interrupted"
     assert store.status(alive.run_id) == "running"
     # an interrupted run can be started again
     start(store, dead)
-    assert row(store, dead.run_id)["status"] == "running"
-    assert row(store, dead.run_id)["attempts"] == 2
+    assert row(store, dead.run_id).status == "running"
+    assert row(store, dead.run_id).attempts == 2
 
 
 def test_mark_stale_interrupted_ignores_finished_runs(store):
@@ -188,7 +195,7 @@ def test_a_second_connection_sees_committed_runs(tmp_path):
         start(writer, run)
         assert reader.status(run.run_id) == "running"
         writer.finish(run.run_id, OUTCOME, 1.0)
-        assert [r["run_id"] for r in reader.rows()] == [run.run_id]
+        assert [r.run_id for r in reader.rows()] == [run.run_id]
 
 
 def test_ensure_writable_creates_nested_directories(tmp_path):
@@ -241,8 +248,43 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_half_written_row(store):
     with pytest.raises(ResultsStoreError, match="database or disk is full. Free disk space"):
         store.finish(run.run_id, big, wall_time=1.0)
     record = row(store, run.run_id)
-    assert record["status"] == "running" and record["score"] is None
-    assert record["timeline"] is None and record["finished_at"] is None
+    assert record.status == "running" and record.score is None
+    assert record.timeline is None and record.finished_at is None
     store.db.execute("PRAGMA max_page_count = 1073741823")  # space again: the write succeeds
     store.finish(run.run_id, OUTCOME, wall_time=1.0)
-    assert row(store, run.run_id)["status"] == "done"
+    assert row(store, run.run_id).status == "done"
+
+
+def test_a_record_round_trips_through_its_row_and_the_store(store):
+    run = spec()
+    start(store, run)
+    store.finish(run.run_id, OUTCOME, wall_time=1.0)
+    (record,) = store.rows()
+    assert RunRecord.from_row(record.to_row()) == record
+    assert record.value("score") == 0.75 and record.value("test_accuracy") == 0.9
+    assert record.value("no_such_metric") is None
+    assert record.design_id == run.design_id
+    moved = record.to_row() | {"status": "failed"}
+    store.put_rows([RunRecord.from_row(moved)])
+    assert row(store, run.run_id).to_row() == moved
+
+
+def test_a_run_of_an_older_spec_version_keeps_its_recorded_spec(store):
+    legacy = spec().model_dump(mode="json", exclude={"protocol", "plugins", "data"})
+    legacy |= {"version": 3}
+    old = RunSpec.model_validate(legacy)
+    record = RunRecord.of(old, score=0.5, metrics={}, spec_doc=legacy)
+    store.put_rows([record])
+    (back,) = store.rows()
+    assert back.spec.version == 3 and back.spec.protocol is None
+    assert back.spec_doc == legacy  # not re-dumped with the newer fields' defaults
+    assert back.to_row() == record.to_row()
+
+
+def test_a_spec_this_ssilbench_cannot_read_is_a_clear_error(store):
+    run = spec()
+    start(store, run)
+    newer = run.model_dump(mode="json") | {"version": 99, "new_field": 1}
+    _set(store, run.run_id, "spec", json.dumps(newer))
+    with pytest.raises(ResultsStoreError, match="spec version 99; this one writes"):
+        store.rows(None)

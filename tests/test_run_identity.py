@@ -21,7 +21,7 @@ from ssilbench.runner.plan import (
     resolve,
     resolve_plan,
 )
-from ssilbench.runner.results_db import ResultsStore
+from ssilbench.runner.results_db import ResultsStore, RunRecord
 from ssilbench.runner.spec import SPEC_VERSION, RunSpec, Sweep
 from ssilbench.runner.sweep import run_sweep, work_unit
 from ssilbench.runner.units import PoolSetup
@@ -161,8 +161,8 @@ def test_a_changed_protocol_reruns_and_the_leaderboard_never_pools_the_two(
     [table] = build_table(records, latest=True).tables
     cell = table.cell("bc", "16")
     assert cell.n == 1
-    newest = max(records, key=lambda r: r["finished_at"])
-    assert cell.mean == pytest.approx(newest["score"])
+    newest = max(records, key=lambda r: r.finished_at)
+    assert cell.mean == pytest.approx(newest.score)
 
 
 def test_runs_recorded_before_spec_version_4_are_read_and_never_pooled_with_new_ones(
@@ -172,12 +172,11 @@ def test_runs_recorded_before_spec_version_4_are_read_and_never_pooled_with_new_
     legacy = spec.model_dump(exclude={"protocol", "plugins", "data"}) | {"version": 3}
     old = RunSpec.model_validate(legacy)
     assert old.protocol is None and old.design_id != spec.design_id
-    record = {"env_label": "maze:10x10", "method_label": "bc", "budget": "16", "seed": 0,
-              "score": 0.5, "metrics": {}, "finished_at": 1.0}  # fmt: skip
     rows = [
-        record | {"spec": old.model_dump(mode="json")},
-        record | {"spec": spec.model_dump(mode="json"), "finished_at": 2.0, "seed": 1},
-    ]
+        RunRecord.of(old, "bc", "maze:10x10", score=0.5, metrics={}, finished_at=1.0),
+        RunRecord.of(spec.model_copy(update={"seed": 1}), "bc", "maze:10x10", score=0.5,
+                     metrics={}, finished_at=2.0),
+    ]  # fmt: skip
     with pytest.raises(UsageError, match="differ in version, protocol, data, plugins"):
         build_table(rows)
     assert build_table(rows, latest=True).tables[0].cell("bc", "16").n == 1

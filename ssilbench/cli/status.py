@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import quick_option, results_option, sweep_file_option
 from ssilbench.errors import UsageError
+
+if TYPE_CHECKING:
+    from ssilbench.runner.results_db import RunRecord
 
 
 @click.command()
@@ -23,7 +27,6 @@ def status(state: State, results: str, sweep_file, quick) -> None:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
     from ssilbench.runner.results_db import ResultsStore
-    from ssilbench.runner.spec import design_id_of
 
     # The sweep file's runs by design id: found without opening a dataset.
     planned: set[str] | None = None
@@ -34,12 +37,12 @@ def status(state: State, results: str, sweep_file, quick) -> None:
     elif quick:
         raise UsageError("--quick needs --sweep FILE.")
     with ResultsStore(Path(results), create=False) as store:
-        rows = [r for r in store.rows(None) if planned is None or design_id_of(r) in planned]
+        rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
     for line in progress_lines(rows, planned, time.time()):
         click.echo(line)
 
 
-def progress_lines(rows: list[dict[str, Any]], planned: set[str] | None, now: float) -> list[str]:
+def progress_lines(rows: list[RunRecord], planned: set[str] | None, now: float) -> list[str]:
     """The status report of the store's ``rows`` (those of the ``planned`` design ids when
     given): counts, the groups running now, and the time left at the last hour's rate."""
     import socket
@@ -48,8 +51,8 @@ def progress_lines(rows: list[dict[str, Any]], planned: set[str] | None, now: fl
 
     host = socket.gethostname()
     # Read the way the next sweep will: runs left by a process that is gone are interrupted.
-    rows = [{**r, "status": "interrupted"} if is_stale(r, host) else r for r in rows]
-    by = {s: [r for r in rows if r["status"] == s] for s in STATUSES}
+    rows = [replace(r, status="interrupted") if is_stale(r, host) else r for r in rows]
+    by = {s: [r for r in rows if r.status == s] for s in STATUSES}
     to_go = (len(planned) - len(by["done"])) if planned is not None else (
         len(by["running"]) + len(by["interrupted"]))  # fmt: skip
     lines = [
@@ -57,16 +60,16 @@ def progress_lines(rows: list[dict[str, Any]], planned: set[str] | None, now: fl
         f"{len(by['interrupted'])} interrupted"
         + (f", {len(planned) - len(rows)} not started" if planned is not None else "")
     ]
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[RunRecord]] = {}
     for r in by["running"]:
-        groups.setdefault((r["method_label"], r["env_label"], r["host"], r["pid"]), []).append(r)
+        groups.setdefault((r.method_label, r.env_label, r.host, r.pid), []).append(r)
     for (method, env, where, pid), runs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
-        since = now - min(r["started_at"] or now for r in runs)
+        since = now - min(r.started_at or now for r in runs)
         lines.append(f"  running {len(runs):4d}  {method} on {env}  for {since:.0f} s "
                      f"({where}, pid {pid})")  # fmt: skip
     # The recent finishing rate covers any mix of stacking, workers and machines.
-    recent = sorted(r["finished_at"] for r in by["done"] if r["finished_at"] and
-                    now - r["finished_at"] < 3600)  # fmt: skip
+    recent = sorted(r.finished_at for r in by["done"] if r.finished_at and
+                    now - r.finished_at < 3600)  # fmt: skip
     if to_go > 0 and len(recent) >= 2 and now > recent[0]:
         rate = len(recent) / (now - recent[0])
         lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last hour's "

@@ -30,11 +30,10 @@ from ssilbench.leaderboard.stats import mean_ci95
 
 if TYPE_CHECKING:
     from ssilbench.plugins import Plugins
+    from ssilbench.runner.results_db import RunRecord
 
 POLICY_ENTROPY = "policy_entropy"  # names written by ssilbench.eval.diagnostics
 IDM_ENTROPY = "idm_entropy"
-
-Record = dict[str, Any]
 
 
 @dataclass
@@ -91,14 +90,14 @@ class Analysis:
 # --- choosing what to compare ------------------------------------------------------------
 
 
-def resolve_label(records: Sequence[Record], name: str, flag: str, scope: str) -> str:
+def resolve_label(records: Sequence[RunRecord], name: str, flag: str, scope: str) -> str:
     """The method label ``name`` stands for: an exact label, else the one label of the runs
     of the method called ``name``. A name with no runs, or one naming several configured
     variants, is a UsageError that lists what there is."""
-    labels = sorted({r["method_label"] for r in records})
+    labels = sorted({r.method_label for r in records})
     if name in labels:
         return name
-    variants = sorted({r["method_label"] for r in records if r["method"] == name})
+    variants = sorted({r.method_label for r in records if r.method == name})
     if len(variants) == 1:
         return variants[0]
     if variants:
@@ -112,7 +111,7 @@ def resolve_label(records: Sequence[Record], name: str, flag: str, scope: str) -
     )
 
 
-def metadata_from_registry(plugins: Plugins) -> Callable[[Record], dict[str, Any]]:
+def metadata_from_registry(plugins: Plugins) -> Callable[[RunRecord], dict[str, Any]]:
     """``EnvSpec.metadata`` of a run's environment, with the run's options, through the
     environment registry (cached per environment and options)."""
     import json
@@ -122,13 +121,13 @@ def metadata_from_registry(plugins: Plugins) -> Callable[[Record], dict[str, Any
 
     cache: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def lookup(record: Record) -> dict[str, Any]:
-        options = (record.get("spec") or {}).get("options") or {}
-        key = (record["env"], json.dumps(options, sort_keys=True))
+    def lookup(record: RunRecord) -> dict[str, Any]:
+        options = record.spec.options
+        key = (record.env, json.dumps(options, sort_keys=True))
         if key not in cache:
-            family, task = split_env_id(record["env"])
+            family, task = split_env_id(record.env)
             environment = plugins.environments.create(family)
-            opts = validate_model(environment.Options, options, f"options of '{record['env']}'")
+            opts = validate_model(environment.Options, options, f"options of '{record.env}'")
             cache[key] = dict(environment.load(task, opts).spec.metadata)
         return cache[key]
 
@@ -136,38 +135,29 @@ def metadata_from_registry(plugins: Plugins) -> Callable[[Record], dict[str, Any
 
 
 def groups_of(
-    records: Iterable[Record], metadata: Callable[[Record], Mapping[str, Any]], key: str
+    records: Iterable[RunRecord], metadata: Callable[[RunRecord], Mapping[str, Any]], key: str
 ) -> dict[str, str | None]:
-    """Environment label -> the value of metadata ``key`` (None when absent). A record that
-    carries its own ``metadata`` is read directly; others go through ``metadata``."""
+    """Environment label -> the value of metadata ``key`` (None when absent), asked of
+    ``metadata`` once per label: the store does not keep an environment's metadata."""
     out: dict[str, str | None] = {}
     for record in records:
-        if record["env_label"] in out:
+        if record.env_label in out:
             continue
-        meta = record.get("metadata") or metadata(record)
-        value = meta.get(key)
-        out[record["env_label"]] = None if value is None else str(value)
+        value = metadata(record).get(key)
+        out[record.env_label] = None if value is None else str(value)
     return out
 
 
 # --- the analysis ------------------------------------------------------------------------
 
 
-def _cells(records: Iterable[Record], label: str, value) -> dict[str, list[float]]:
-    """Budget -> values of the runs of ``label`` (runs without the value left out)."""
+def _cells(records: Iterable[RunRecord], label: str, metric: str) -> dict[str, list[float]]:
+    """Budget -> values of ``metric`` in the runs of ``label`` (runs without it left out)."""
     out: dict[str, list[float]] = defaultdict(list)
     for r in records:
-        if r["method_label"] == label and (v := value(r)) is not None:
-            out[r["budget"]].append(float(v))
+        if r.method_label == label and (v := r.value(metric)) is not None:
+            out[r.budget].append(float(v))
     return out
-
-
-def _metric(name: str):
-    return lambda r: (r.get("metrics") or {}).get(name)
-
-
-def _score(r: Record) -> float | None:
-    return r.get("score")
 
 
 def _gap_interval(
@@ -190,7 +180,7 @@ def _gap_interval(
 
 def _game(
     env: str,
-    records: list[Record],
+    records: list[RunRecord],
     method: str,
     baseline: str,
     group: str | None,
@@ -198,16 +188,16 @@ def _game(
     reps: int,
     seed: int,
 ) -> GameGap:
-    runs = {m: [r for r in records if r["method_label"] == m] for m in (method, baseline)}
-    mine, theirs = _cells(records, method, _score), _cells(records, baseline, _score)
+    runs = {m: [r for r in records if r.method_label == m] for m in (method, baseline)}
+    mine, theirs = _cells(records, method, "score"), _cells(records, baseline, "score")
     shared = sorted(set(mine) & set(theirs), key=budget_sort_key)
     game = GameGap(env, group, None, None, shared, len(runs[method]), len(runs[baseline]))
     for m in (method, baseline):
         if not runs[m]:
             game.notes.append(f"no runs of {m}")
-        elif unscored := sum(r.get("score") is None for r in runs[m]):
+        elif unscored := sum(r.score is None for r in runs[m]):
             game.notes.append(f"{unscored} run(s) of {m} without a rollout score")
-        steps = sorted({(r.get("spec") or {}).get("steps") for r in runs[m]}, key=str)
+        steps = sorted({r.spec.steps for r in runs[m]}, key=str)
         if len(steps) > 1:
             game.notes.append(f"runs of {m} mix step settings ({', '.join(map(str, steps))})")
     for m, cells, other in ((method, mine, theirs), (baseline, theirs, mine)):
@@ -221,8 +211,8 @@ def _game(
     elif mine and theirs:
         game.notes.append(f"{method} and {baseline} share no label budget")
 
-    pol = _cells(records, baseline, _metric(POLICY_ENTROPY))
-    idm = _cells(records, method, _metric(IDM_ENTROPY))
+    pol = _cells(records, baseline, POLICY_ENTROPY)
+    idm = _cells(records, method, IDM_ENTROPY)
     if runs[baseline] and not pol:
         game.notes.append(f"no {POLICY_ENTROPY} in the runs of {baseline}")
     if runs[method] and not idm:
@@ -299,7 +289,7 @@ def pearson(
 
 
 def analyze(
-    records: Iterable[Record],
+    records: Iterable[RunRecord],
     method: str,
     baseline: str,
     groups: Mapping[str, str | None],
@@ -313,16 +303,16 @@ def analyze(
     labels) on the games of ``records``. ``groups`` maps each environment label to its
     class; ``expected`` are the environment ids asked for, so that games without any run are
     named rather than silently missing."""
-    records = [r for r in records if r["method_label"] in (method, baseline)]
-    by_env: dict[str, list[Record]] = defaultdict(list)
+    records = [r for r in records if r.method_label in (method, baseline)]
+    by_env: dict[str, list[RunRecord]] = defaultdict(list)
     for r in records:
-        by_env[r["env_label"]].append(r)
+        by_env[r.env_label].append(r)
     games = [
         _game(env, by_env[env], method, baseline, groups.get(env), entropy_budget, reps, seed)
         for env in sorted(by_env)
     ]
     result = Analysis(method, baseline, by, games, [], None)
-    seen = {r["env"] for r in records}
+    seen = {r.env for r in records}
     if missing := [e for e in expected if e not in seen]:
         result.notes.append(f"no runs of {method} or {baseline}: {', '.join(missing)}")
     if unclassed := [g.env for g in games if g.group is None]:

@@ -89,7 +89,7 @@ def analyze_store(
 
     budget = parse_budget(entropy_budget) if entropy_budget is not None else None
     with ResultsStore(Path(results), create=False) as store:
-        records = [r for r in store.rows("done") if r["env"] in wanted]
+        records = [r for r in store.rows("done") if r.env in wanted]
     scope = ", ".join(env_ids)
     if not records:
         raise UsageError(

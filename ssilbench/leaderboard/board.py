@@ -28,7 +28,7 @@ def store_table(
     with ResultsStore(Path(results), create=False) as store:
         records = store.rows("done")
     if compare is not None:
-        known = sorted({r["method_label"] for r in records})
+        known = sorted({r.method_label for r in records})
         wrong = [m for m in compare if m not in known]
         if wrong or compare[0] == compare[1]:
             problem = f"{wrong[0]!r} is not a method label of the store" if wrong else (
@@ -38,14 +38,13 @@ def store_table(
                 "spaces, e.g. --compare idm_labeling 'bc (arch=lc)')."
             )
     table = build_table(records, metric, compare, latest)
+    known = sorted({k for r in records for k in (r.metrics or {})})  # the metrics recorded
     if metric == "score" and records and not table.tables:
-        known = sorted({k for r in records for k in (r.get("metrics") or {})})
         raise UsageError(
             "The finished runs have no rollout score (they ran with --no-rollouts); choose a "
             f"metric with --metric: {', '.join(known)}."
         )
     if metric != "score" and records and not table.tables:
-        known = sorted({k for r in records for k in (r.get("metrics") or {})})
         raise UsageError(
             f"No run recorded the metric '{metric}'. Recorded metrics: score, {', '.join(known)}."
         )

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.leaderboard.stats import mean_ci95
-from ssilbench.runner.spec import design_id_of
+
+if TYPE_CHECKING:
+    from ssilbench.runner.results_db import RunRecord
 
 
 @dataclass
@@ -35,21 +37,21 @@ class Panel:
 
 
 def collect(
-    records: list[dict[str, Any]], panels_of: dict[str, str], metric: str, display
+    records: list[RunRecord], panels_of: dict[str, str], metric: str, display
 ) -> list[Panel]:
     """Group finished run records into panels (``panels_of``: design id -> panel title,
     from :func:`ssilbench.runner.sweepfile.panel_titles`)."""
     panels: dict[str, Panel] = {}
     for record in records:
-        title = panels_of.get(design_id_of(record))
+        title = panels_of.get(record.design_id)
         if title is None:
             continue
-        value = record["score"] if metric == "score" else (record.get("metrics") or {}).get(metric)
+        value = record.value(metric)
         if value is None:
             continue
         panel = panels.setdefault(title, Panel(title))
-        name = display(record["method_label"])
-        panel.series.setdefault(name, Series(name)).points[record["budget"]].append(float(value))
+        name = display(record.method_label)
+        panel.series.setdefault(name, Series(name)).points[record.budget].append(float(value))
     return [panels[t] for t in sorted(panels, key=list(panels_of.values()).index)]
 
 

@@ -33,11 +33,10 @@ def load_study(
     finished run is a UsageError unless ``allow_empty``."""
     from ssilbench.leaderboard.figures import collect
     from ssilbench.runner.results_db import ResultsStore
-    from ssilbench.runner.spec import design_id_of
 
     sweep_file, titles = study_panels(plugins, path, quick)
     with ResultsStore(Path(results), create=False) as store:
-        records = [r for r in store.rows("done") if design_id_of(r) in titles]
+        records = [r for r in store.rows("done") if r.design_id in titles]
     if not records and not allow_empty:
         raise UsageError(
             f"No finished runs of {path} in {results}: run 'ssilbench run --sweep {path}"

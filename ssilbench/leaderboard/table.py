@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.errors import UsageError
 from ssilbench.leaderboard.aggregate import Interval, bootstrap, sample_efficiency
 from ssilbench.leaderboard.stats import mean_ci95
+
+if TYPE_CHECKING:
+    from ssilbench.runner.results_db import RunRecord
 
 
 @dataclass
@@ -89,37 +92,30 @@ class Table:
         }
 
 
-def _value(record: dict[str, Any], metric: str) -> float | None:
-    if metric == "score":
-        return record.get("score")
-    return (record.get("metrics") or {}).get(metric)
-
-
-def provenance(record: dict[str, Any]) -> str:
+def provenance(record: RunRecord) -> str:
     """Where a number came from: ssilbench version and commit, torch, and the device."""
-    v = record.get("versions") or {}
+    v = record.versions or {}
     return (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
-            f"torch {v.get('torch', '?')}, {record.get('device') or 'unknown device'}")  # fmt: skip
+            f"torch {v.get('torch', '?')}, {record.device or 'unknown device'}")  # fmt: skip
 
 
-def _settings(record: dict[str, Any]) -> str:
-    spec = record.get("spec") or {}
-    parts = [f"steps={spec.get('steps')}"]
-    if spec.get("stop_early"):
+def _settings(record: RunRecord) -> str:
+    parts = [f"steps={record.spec.steps}"]
+    if record.spec.stop_early:
         parts.append("stop_early")
     return ", ".join(parts)
 
 
-def _distinguish(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _distinguish(records: list[RunRecord]) -> list[RunRecord]:
     """Runs of one method label trained with different step settings get separate rows, so
     that a cell only averages seeds of one setting."""
     seen: dict[tuple[str, str], set[str]] = defaultdict(set)
     for r in records:
-        seen[(r["env_label"], r["method_label"])].add(_settings(r))
+        seen[(r.env_label, r.method_label)].add(_settings(r))
     out = []
     for r in records:
-        if len(seen[(r["env_label"], r["method_label"])]) > 1:
-            r = {**r, "method_label": f"{r['method_label']} [{_settings(r)}]"}
+        if len(seen[(r.env_label, r.method_label)]) > 1:
+            r = replace(r, method_label=f"{r.method_label} [{_settings(r)}]")
         out.append(r)
     return out
 
@@ -131,16 +127,17 @@ _POOLED = ("seed", "budget", "steps", "stop_early")
 _PROTOCOL = ("version", "protocol", "data", "plugins")
 
 
-def _identity(record: dict[str, Any]) -> dict[str, Any]:
-    spec = record.get("spec") or {}
-    return {k: v for k, v in spec.items() if k not in _POOLED}
+def _identity(record: RunRecord) -> dict[str, Any]:
+    # The spec as recorded, not re-dumped: a run of an older spec version differs from a
+    # newer one in the fields it lacks, and a refusal names them.
+    return {k: v for k, v in record.spec_doc.items() if k not in _POOLED}
 
 
-def _cell_of(record: dict[str, Any]) -> tuple[str, str, str]:
-    return record["env_label"], record["method_label"], record["budget"]
+def _cell_of(record: RunRecord) -> tuple[str, str, str]:
+    return record.env_label, record.method_label, record.budget
 
 
-def check_pooling(records: list[dict[str, Any]]) -> None:
+def check_pooling(records: list[RunRecord]) -> None:
     """Refuse to pool runs of one cell that differ in more than their seed: another
     protocol, dataset, plugin version or spec version (runs recorded before one of them
     changed). Raises UsageError naming the cell, what differs and what to do."""
@@ -162,11 +159,11 @@ def check_pooling(records: list[dict[str, Any]]) -> None:
             )
 
 
-def latest_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def latest_only(records: list[RunRecord]) -> list[RunRecord]:
     """Per cell, the runs that share the identity of its most recently finished run."""
     newest: dict[tuple[str, str, str], tuple[float, dict[str, Any]]] = {}
     for record in records:
-        when = record.get("finished_at") or 0.0
+        when = record.finished_at or 0.0
         cell = _cell_of(record)
         if cell not in newest or when > newest[cell][0]:
             newest[cell] = (when, _identity(record))
@@ -174,7 +171,7 @@ def latest_only(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def build_table(
-    records: Iterable[dict[str, Any]],
+    records: Iterable[RunRecord],
     metric: str = "score",
     compare: tuple[str, str] | None = None,
     latest: bool = False,
@@ -194,19 +191,19 @@ def build_table(
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for record in records:
-        value = _value(record, metric)
+        value = record.value(metric)
         if value is None:
             continue
-        env = record["env_label"]
-        values[env][record["method_label"]][record["budget"]].append(float(value))
-        origins[(env, record["method_label"], record["budget"])].add(provenance(record))
-        if record.get("n_labeled"):
-            sizes[env][record["budget"]].append(int(record["n_labeled"]))
+        env, method, budget = _cell_of(record)
+        values[env][method][budget].append(float(value))
+        origins[(env, method, budget)].add(provenance(record))
+        if record.n_labeled:
+            sizes[env][budget].append(int(record.n_labeled))
         info = meta[env]
-        if record.get("normaliser") and record["normaliser"] not in info["normalisers"]:
-            info["normalisers"].append(record["normaliser"])
-        info["reports"].add(record.get("report") or "final")
-        if "labeled_demonstrations" in (record.get("metrics") or {}):
+        if record.normaliser and record.normaliser not in info["normalisers"]:
+            info["normalisers"].append(record.normaliser)
+        info["reports"].add(record.report or "final")
+        if "labeled_demonstrations" in (record.metrics or {}):
             info["unit"] = "demonstrations"
 
     tables = []

@@ -15,14 +15,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 import ssilbench
 from ssilbench.errors import UsageError
-from ssilbench.runner.results_db import STATUSES, ResultsStore
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.results_db import STATUSES, ResultsStore, RunRecord
 
 FORMAT = "ssilbench-results"
 VERSION = 1
@@ -36,7 +34,7 @@ RESULT_COLUMNS = ("spec", "n_labeled", "score", "final_score", "max_score", "met
 
 def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",)) -> int:
     """Write the runs with these statuses to ``out`` (atomically); returns how many."""
-    rows = [r for r in store.rows(None) if r["status"] in statuses]
+    rows = [r for r in store.rows(None) if r.status in statuses]
     header = {"format": FORMAT, "version": VERSION, "ssilbench": ssilbench.__version__,
               "exported_at": time.time(), "runs": len(rows)}  # fmt: skip
     out = Path(out)
@@ -46,7 +44,7 @@ def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = (
         with open(tmp, "w") as f:
             f.write(json.dumps(header) + "\n")
             for row in rows:
-                f.write(json.dumps(row, sort_keys=True) + "\n")
+                f.write(json.dumps(row.to_row(), sort_keys=True) + "\n")
         os.replace(tmp, out)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -57,7 +55,7 @@ def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = (
     return len(rows)
 
 
-def read_export(path: Path) -> list[dict[str, Any]]:
+def read_export(path: Path) -> list[RunRecord]:
     """Every run of an exported file, checked; a problem names the file and the line."""
     path = Path(path)
     try:
@@ -96,20 +94,20 @@ def read_export(path: Path) -> list[dict[str, Any]]:
         if missing:
             raise UsageError(f"{path}, line {number}: a run without {', '.join(missing)}.")
         try:
-            spec_id = RunSpec.model_validate(row["spec"]).run_id
+            record: RunRecord | None = RunRecord.from_row(row)
         except (ValidationError, TypeError):
-            spec_id = None
-        if spec_id != row["run_id"]:
+            record = None
+        if record is None or record.spec.run_id != record.run_id:
             raise UsageError(
                 f"{path}, line {number}: run {str(row['run_id'])[:12]} does not match its spec "
                 "(edited by hand, or from an incompatible ssilbench); export it again."
             )
-        if row["status"] not in STATUSES:
+        if record.status not in STATUSES:
             raise UsageError(
-                f"{path}, line {number}: unknown status {row['status']!r} (one of "
+                f"{path}, line {number}: unknown status {record.status!r} (one of "
                 f"{', '.join(STATUSES)})."
             )
-        runs.append(row)
+        runs.append(record)
     return runs
 
 
@@ -122,38 +120,40 @@ class MergeReport:
     conflicts: list[str] = field(default_factory=list)
 
 
-def _same_result(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _same_result(a: RunRecord, b: RunRecord) -> bool:
+    # Compared as they would be exported, so that the spec is the one recorded.
+    mine, theirs = a.to_row(), b.to_row()
     return all(
-        json.dumps(a.get(k), sort_keys=True) == json.dumps(b.get(k), sort_keys=True)
+        json.dumps(mine[k], sort_keys=True) == json.dumps(theirs[k], sort_keys=True)
         for k in RESULT_COLUMNS
     )
 
 
-def merge_results(store: ResultsStore, runs: list[dict[str, Any]], source: str) -> MergeReport:
+def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeReport:
     """Merge runs into the store in one transaction (all or nothing)."""
     report = MergeReport()
-    existing = {r["run_id"]: r for r in store.rows(None)}
+    existing = {r.run_id: r for r in store.rows(None)}
     writes = []
     for run in runs:
-        mine = existing.get(run["run_id"])
+        mine = existing.get(run.run_id)
         if mine is None:
             report.added += 1
-        elif mine["status"] == "done" and run["status"] == "done":
+        elif mine.status == "done" and run.status == "done":
             if _same_result(mine, run):
                 report.identical += 1
             else:
                 report.conflicts.append(
-                    f"{run['method_label']} on {run['env_label']}, N_L={run['budget']}, seed "
-                    f"{run['seed']} (run {run['run_id'][:12]}): score {mine.get('score')} here, "
-                    f"{run.get('score')} in {source}"
+                    f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
+                    f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
+                    f"{run.score} in {source}"
                 )
             continue
-        elif mine["status"] == "done":
+        elif mine.status == "done":
             report.kept += 1
             continue
         else:
             report.replaced += 1
         writes.append(run)
-        existing[run["run_id"]] = run
+        existing[run.run_id] = run
     store.put_rows(writes)
     return report

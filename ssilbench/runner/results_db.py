@@ -14,12 +14,14 @@ import sqlite3
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ssilbench.errors import ResultsStoreError
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.spec import SPEC_VERSION, RunSpec
 
 DB_NAME = "results.sqlite"
 # Bumped when the layout of the store changes; a store from a newer ssilbench is refused.
@@ -79,6 +81,93 @@ class RunOutcome:
     timeline: list[dict[str, Any]]
     metrics: dict[str, float]
     stages: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the ``runs`` table, its JSON columns decoded; what every reader of the
+    store gets. Only what every row has is required: the rest is filled in as a run
+    starts (provenance) and ends (its result), so it is None until then.
+
+    ``spec`` is the parsed spec (runs of older spec versions parse: the newer fields have
+    defaults). ``spec_doc`` is the spec as recorded, with its spec version's fields only:
+    the run id hashes it and an export writes it back unchanged, which re-dumping ``spec``
+    would not do for an older run (it would gain the defaulted fields). Built by hand
+    without it, it is the spec's own dump."""
+
+    run_id: str
+    spec: RunSpec
+    method: str
+    method_label: str
+    env: str
+    env_label: str
+    budget: str
+    seed: int
+    status: str
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    wall_time: float | None = None
+    n_labeled: int | None = None
+    score: float | None = None  # None when the run was evaluated without rollouts
+    final_score: float | None = None
+    max_score: float | None = None
+    report: str | None = None
+    normaliser: dict[str, Any] | None = None
+    timeline: list[dict[str, Any]] | None = None
+    metrics: dict[str, float] | None = None
+    stages: dict[str, Any] | None = None
+    versions: dict[str, Any] | None = None
+    device: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    error: str | None = None
+    spec_doc: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.spec_doc:  # frozen: the one field completed after construction
+            object.__setattr__(self, "spec_doc", self.spec.model_dump(mode="json"))
+
+    @classmethod
+    def of(
+        cls,
+        spec: RunSpec,
+        method_label: str | None = None,
+        env_label: str | None = None,
+        status: str = "done",
+        **columns: Any,
+    ) -> RunRecord:
+        """The record of ``spec`` (run id, method, environment, budget and seed taken from
+        it; labels default to its method and environment), with any other ``columns``."""
+        return cls(spec.run_id, spec, spec.method, method_label or spec.method, spec.env,
+                   env_label or spec.env, spec.budget, spec.seed, status, **columns)  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RunRecord:
+        """A record from a row as :meth:`to_row` writes it (every column, JSON decoded): a
+        line of an export. A spec that does not parse is a pydantic ValidationError."""
+        values = {c: row.get(c) for c in COLUMNS}
+        # A missing count is what the column's default makes of it when the row is stored.
+        values["attempts"] = values["attempts"] or 0
+        return cls(**{**values, "spec": RunSpec.model_validate(row["spec"])},
+                   spec_doc=row["spec"])  # fmt: skip
+
+    def to_row(self) -> dict[str, Any]:
+        """Every column by name, JSON columns decoded and the spec as recorded: the
+        format of a line of an export, which :meth:`from_row` reads back."""
+        return {c: self.spec_doc if c == "spec" else getattr(self, c) for c in COLUMNS}
+
+    @property
+    def design_id(self) -> str:
+        """The run as designed, whatever its data (see :attr:`RunSpec.design_id`)."""
+        return self.spec.design_id
+
+    def value(self, metric: str) -> float | None:
+        """The rollout score for ``"score"``, else the recorded metric of that name; None
+        when the run has none."""
+        if metric == "score":
+            return self.score
+        return (self.metrics or {}).get(metric)
 
 
 def ensure_writable(directory: Path) -> Path:
@@ -201,12 +290,11 @@ class ResultsStore:
 
     def status(self, run_id: str) -> str | None:
         row = self.db.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return row["status"] if row else None
+        return row[0] if row else None
 
     def statuses(self) -> dict[str, str]:
-        return {
-            r["run_id"]: r["status"] for r in self.db.execute("SELECT run_id, status FROM runs")
-        }
+        return {run_id: status for run_id, status in self.db.execute(
+            "SELECT run_id, status FROM runs")}  # fmt: skip
 
     def mark_stale_interrupted(self) -> int:
         """Runs left 'running' by a process of this host that no longer exists.
@@ -215,11 +303,11 @@ class ResultsStore:
         """
         host = socket.gethostname()
         stale = [
-            r["run_id"]
-            for r in self.db.execute(
-                "SELECT run_id, status, pid, host FROM runs WHERE status = 'running'"
+            run_id
+            for run_id, status, run_host, pid in self.db.execute(
+                "SELECT run_id, status, host, pid FROM runs WHERE status = 'running'"
             )
-            if is_stale(r, host)
+            if _left_behind(status, run_host, pid, host)
         ]
         with self.transaction() as db:
             db.executemany(
@@ -255,11 +343,12 @@ class ResultsStore:
                 "SELECT status, host, pid FROM runs WHERE run_id = ?", (spec.run_id,)
             ).fetchone()
             if row is not None:
-                elsewhere = row["host"] != host or (row["pid"] != pid and process_alive(row["pid"]))
+                status, run_host, run_pid = row
+                elsewhere = run_host != host or (run_pid != pid and process_alive(run_pid))
                 if (
-                    row["status"] == "done"
-                    or (row["status"] == "failed" and not retry_failed)
-                    or (row["status"] == "running" and elsewhere)
+                    status == "done"
+                    or (status == "failed" and not retry_failed)
+                    or (status == "running" and elsewhere)
                 ):
                     return False
             db.execute(
@@ -323,31 +412,41 @@ class ResultsStore:
                 (time.time(), wall_time, error, run_id),
             )
 
-    def rows(self, status: str | None = "done") -> list[dict[str, Any]]:
-        query = "SELECT * FROM runs" + (" WHERE status = ?" if status else "") + " ORDER BY rowid"
+    def rows(self, status: str | None = "done") -> list[RunRecord]:
+        """The runs with ``status`` (every run for None), in the order they were first
+        recorded."""
+        query = (f"SELECT {', '.join(COLUMNS)} FROM runs"
+                 + (" WHERE status = ?" if status else "") + " ORDER BY rowid")  # fmt: skip
         cursor = self.db.execute(query, (status,) if status else ())
-        out = []
-        for row in cursor:
-            record = dict(row)
-            for key in JSON_COLUMNS:
-                if record.get(key):
-                    record[key] = json.loads(record[key])
-            out.append(record)
-        return out
+        return [self._record(row) for row in cursor]
 
-    def put_rows(self, records: list[dict[str, Any]]) -> None:
+    def _record(self, row: sqlite3.Row) -> RunRecord:
+        values = dict(zip(COLUMNS, row, strict=True))
+        for key in JSON_COLUMNS:
+            if values[key]:
+                values[key] = json.loads(values[key])
+        try:
+            return RunRecord.from_row(values)
+        except ValidationError:
+            version = values["spec"].get("version") if isinstance(values["spec"], dict) else None
+            raise ResultsStoreError(
+                f"Run {values['run_id'][:12]} in {self.path} has a spec this ssilbench cannot "
+                f"read (spec version {version}; this one writes {SPEC_VERSION}). Upgrade "
+                "ssilbench, or pass another directory with --results DIR."
+            ) from None
+
+    def put_rows(self, records: list[RunRecord]) -> None:
         """Insert or replace whole run records (as ``rows`` returns them), in one transaction."""
         if not records:
             return
         placeholders = ", ".join("?" for _ in COLUMNS)
         values = [
             tuple(
-                json.dumps(r.get(c), sort_keys=True)
-                if c in JSON_COLUMNS and r.get(c) is not None else r.get(c)
-                for c in COLUMNS
+                json.dumps(v, sort_keys=True) if c in JSON_COLUMNS and v is not None else v
+                for c, v in r.to_row().items()
             )
             for r in records
-        ]  # fmt: skip
+        ]
         with self.transaction() as db:
             db.executemany(
                 f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
@@ -355,12 +454,17 @@ class ResultsStore:
             )
 
 
-def is_stale(run: Mapping[str, Any], host: str | None = None) -> bool:
-    """Whether a run row was left 'running' by a process of ``host`` (default: this one)
-    that no longer exists: it was interrupted. Processes of other hosts cannot be checked
-    from here, so their runs are never stale."""
-    host = socket.gethostname() if host is None else host
-    return run["status"] == "running" and run["host"] == host and not process_alive(run["pid"])
+def is_stale(run: RunRecord, host: str | None = None) -> bool:
+    """Whether a run was left 'running' by a process of ``host`` (default: this one) that
+    no longer exists: it was interrupted. Processes of other hosts cannot be checked from
+    here, so their runs are never stale."""
+    return _left_behind(run.status, run.host, run.pid, host)
+
+
+def _left_behind(status: str, host: str | None, pid: int | None, here: str | None) -> bool:
+    """:func:`is_stale` on the three columns it needs, for a query that reads no more."""
+    here = socket.gethostname() if here is None else here
+    return status == "running" and host == here and not process_alive(pid)
 
 
 def process_alive(pid: int | None) -> bool:

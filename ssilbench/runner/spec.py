@@ -69,11 +69,6 @@ class RunSpec(BaseModel):
         return self.data is not None
 
 
-def design_id_of(record: dict[str, Any]) -> str:
-    """The design id of a run recorded in the results store (any spec version)."""
-    return RunSpec.model_validate(record["spec"]).design_id
-
-
 def _canonical(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
