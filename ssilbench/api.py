@@ -239,14 +239,26 @@ class Environment(ABC):
 
     description: ClassVar[str] = ""
     Options: ClassVar[type[BaseModel]] = NoOptions
+    task_class: ClassVar[type[Task] | None] = None
+    """The :class:`Task` the default :meth:`load` builds, as ``task_class(task, options)``."""
+    task_kind: ClassVar[str] = "task"
+    """What :meth:`load`'s error for a name not in :meth:`tasks` calls a task
+    (``"procgen game"``)."""
 
     @abstractmethod
     def tasks(self) -> list[str]:
         """Every task name; ``family:all`` expands to these."""
 
-    @abstractmethod
-    def load(self, task: str, options: BaseModel) -> Task:
-        """The task with validated options applied."""
+    def load(self, task: str, options: BaseModel | None = None) -> Task:
+        """The task with validated options applied. The default checks ``task`` against
+        :meth:`tasks` (an UnknownNameError) and builds :attr:`task_class` with the options as
+        :meth:`options_of` gives them; override it to build tasks another way."""
+        names = self.tasks()
+        if task not in names:
+            raise unknown(self.task_kind, task, names)
+        if self.task_class is None:
+            raise NotImplementedError(f"{type(self).__name__} sets no task_class: override load")
+        return self.task_class(task, self.options_of(options))
 
     @classmethod
     def options_of(cls, options: BaseModel | None) -> BaseModel:

@@ -190,18 +190,17 @@ class Libero10Environment(Environment):
         "imported; needs the 'libero' extra."
     )
     Options: ClassVar[type[BaseModel]] = Libero10Options
+    task_class = Libero10Task
+    task_kind = "libero10 task"
 
     def tasks(self) -> list[str]:
         return list(TASK_IDS)
 
-    def load(self, task: str, options: BaseModel | None = None) -> Libero10Task:
-        if task not in BY_ID:
-            hint = ""
-            if task in BY_BDDL:
-                hint = f" ('{task}' is LIBERO's name of libero10:{BY_BDDL[task].id}.)"
-            raise unknown("libero10 task", task, TASK_IDS, hint)
-        options = self.options_of(options)
-        return Libero10Task(task, options)
+    def load(self, task: str, options: BaseModel | None = None) -> Task:
+        if task in BY_BDDL and task not in BY_ID:
+            hint = f" ('{task}' is LIBERO's name of libero10:{BY_BDDL[task].id}.)"
+            raise unknown(self.task_kind, task, TASK_IDS, hint)
+        return super().load(task, options)
 
     def import_dataset(
         self,
@@ -212,14 +211,12 @@ class Libero10Environment(Environment):
         replace: bool = False,
         log: Callable[[str], None] = print,
     ) -> list[TransitionStore]:
+        from ssilbench.kit import already_imported, import_source
         from ssilbench_libero.importer import import_task, inspect_task_file, locate_files
 
-        source = Path(source)
-        if not source.is_dir():
-            raise UsageError(
-                f"--from {source}: no such folder. Give the folder that holds the LIBERO-10 "
-                "files <task>_demo.hdf5 (the download's libero_10/)."
-            )
+        source = import_source(
+            source, "the LIBERO-10 files <task>_demo.hdf5 (the download's libero_10/)."
+        )
         chosen = [BY_ID[t] for t in tasks] if tasks else list(TASKS)
         name = options.dataset  # type: ignore[attr-defined]
         files = locate_files(source, chosen, every=not tasks)
@@ -227,11 +224,8 @@ class Libero10Environment(Environment):
         plan = []
         for task in chosen:
             target = dataset_dir(root, name, task.id)
-            if target.exists() and not replace:
-                log(f"libero10:{task.id}: already imported at {target} (--replace to import "
-                    "it again)")  # fmt: skip
-                continue
-            plan.append((task, inspect_task_file(files[task.id], task), target))
+            if not already_imported(target, replace, log, f"libero10:{task.id}:"):
+                plan.append((task, inspect_task_file(files[task.id], task), target))
         stores = []
         for task, layout, target in plan:
             log(f"libero10:{task.id}: {len(layout.demos)} demonstrations, {layout.frames} "

@@ -21,7 +21,6 @@ from ssilbench.api import (
     Task,
     TestSet,
     VideoModel,
-    unknown,
 )
 from ssilbench.kit import TransitionStore, as_model_input
 from ssilbench_maze.expert import (
@@ -507,15 +506,11 @@ class MazeEnvironment(Environment):
         "dynamics and optional goals per episode."
     )
     Options: ClassVar[type[BaseModel]] = MazeOptions
+    task_class = MazeTask
+    task_kind = "maze task"
 
     def tasks(self) -> list[str]:
         return list(TASK_SIZES)
-
-    def load(self, task: str, options: BaseModel | None = None) -> MazeTask:
-        if task not in TASK_SIZES:
-            raise unknown("maze task", task, self.tasks())
-        options = self.options_of(options)
-        return MazeTask(task, options)
 
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ssilbench.api import Environment, Task, unknown
+from ssilbench.api import Environment, Task
 from ssilbench.kit import TransitionStore
 from ssilbench_maze.environment import cell_world_spec, short_hash
 from ssilbench_maze.expert import ACTION_NAMES, solve
@@ -183,15 +183,11 @@ class GridEnvironment(Environment):
         "stochastic-expert study."
     )
     Options: ClassVar[type[BaseModel]] = GridOptions
+    task_class = GridTask
+    task_kind = "grid task"
 
     def tasks(self) -> list[str]:
         return list(GRID_SIZES)
-
-    def load(self, task: str, options: BaseModel | None = None) -> GridTask:
-        if task not in GRID_SIZES:
-            raise unknown("grid task", task, self.tasks())
-        options = self.options_of(options)
-        return GridTask(task, options)
 
 
 __all__ = ["GRID_GENERATOR", "GRID_SIZES", "GridEnvironment", "GridOptions", "GridTask"]

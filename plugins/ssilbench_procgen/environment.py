@@ -308,15 +308,11 @@ class ProcgenEnvironment(Environment):
         "chunks or collected from a PPO expert; needs the 'procgen' extra."
     )
     Options: ClassVar[type[BaseModel]] = ProcgenOptions
+    task_class = ProcgenTask
+    task_kind = "procgen game"
 
     def tasks(self) -> list[str]:
         return list(GAMES)
-
-    def load(self, task: str, options: BaseModel | None = None) -> ProcgenTask:
-        if task not in GAMES:
-            raise unknown("procgen game", task, GAMES)
-        options = self.options_of(options)
-        return ProcgenTask(task, options)
 
     def import_dataset(
         self,
@@ -327,12 +323,10 @@ class ProcgenEnvironment(Environment):
         replace: bool = False,
         log: Callable[[str], None] = print,
     ) -> list[TransitionStore]:
+        from ssilbench.kit import already_imported, import_source
         from ssilbench_procgen.importer import import_split, inspect_split
 
-        source = Path(source)
-        if not source.is_dir():
-            raise UsageError(f"--from {source}: no such folder. Give the folder that holds "
-                             "one sub-folder per game (bigfish/, coinrun/, ...).")  # fmt: skip
+        source = import_source(source, "one sub-folder per game (bigfish/, coinrun/, ...).")
         if not tasks:
             tasks = self._games_in(source)
         name = options.dataset  # type: ignore[attr-defined]
@@ -352,11 +346,8 @@ class ProcgenEnvironment(Environment):
                     if replace:
                         stale.append(target)  # it would describe the data replaced
                     continue
-                if target.exists() and not replace:
-                    log(f"procgen:{game} {split}: already imported at {target} (--replace to "
-                        "import it again)")  # fmt: skip
-                    continue
-                plan.append((game, split, inspect_split(folder / split), target))
+                if not already_imported(target, replace, log, f"procgen:{game} {split}:"):
+                    plan.append((game, split, inspect_split(folder / split), target))
         stores = []
         for game, split, chunks, target in plan:
             frames = sum(c.frames for c in chunks)

@@ -146,15 +146,11 @@ class PushTEnvironment(Environment):
         "demonstrations imported from a diffusion-policy replay zarr; needs the 'pusht' extra."
     )
     Options: ClassVar[type[BaseModel]] = PushTOptions
+    task_class = PushTTask
+    task_kind = "pusht task"
 
     def tasks(self) -> list[str]:
         return list(TASKS)
-
-    def load(self, task: str, options: BaseModel | None = None) -> PushTTask:
-        if task not in TASKS:
-            raise unknown("pusht task", task, TASKS)
-        options = self.options_of(options)
-        return PushTTask(task, options)
 
     def import_dataset(
         self,
@@ -165,16 +161,15 @@ class PushTEnvironment(Environment):
         replace: bool = False,
         log: Callable[[str], None] = print,
     ) -> list[TransitionStore]:
+        from ssilbench.kit import already_imported
         from ssilbench_pusht.importer import REWARD_NOTE, import_replay, open_replay
 
         for task in tasks:
             if task not in TASKS:
-                raise unknown("pusht task", task, TASKS)
+                raise unknown(self.task_kind, task, TASKS)
         name = options.dataset  # type: ignore[attr-defined]
         target = dataset_dir(root, name)
-        if target.exists() and not replace:
-            log(f"pusht: dataset '{name}' already imported at {target} (--replace to import "
-                "it again)")  # fmt: skip
+        if already_imported(target, replace, log, f"pusht: dataset '{name}'"):
             return []
         source = Path(source)
         replay = open_replay(source)  # every header and the episode ends, before writing

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ssilbench.data.datasets import TransitionStore, sha256_file
     from ssilbench.data.split import LabeledView, UnlabeledView
     from ssilbench.data.tensors import as_model_input, pair, pair_shape
+    from ssilbench.kit.importing import already_imported, import_source
     from ssilbench.kit.nets import ImpalaTrunk, mlp
     from ssilbench.kit.registered import architecture
     from ssilbench.plugins import available, import_optional
@@ -93,6 +94,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ssilbench.train.checkpoint": ("save_atomic",),
     # unified (multi-role) architectures
     "ssilbench.train.roles": ("RoleModel", "SamplingPath", "UnifiedArchitecture", "unified"),
+    # the checks importers (Environment.import_dataset) open with
+    "ssilbench.kit.importing": ("already_imported", "import_source"),
     # shared network blocks, and registered architectures by name
     "ssilbench.kit.nets": ("ImpalaTrunk", "mlp"),
     "ssilbench.kit.registered": ("architecture",),
@@ -123,6 +126,7 @@ __all__ = [
     "UnlabeledView",
     "VMIDMPolicy",
     "WarmupLinear",
+    "already_imported",
     "architecture",
     "as_model_input",
     "available",
@@ -132,6 +136,7 @@ __all__ = [
     "fit_regressor",
     "fit_rows",
     "import_optional",
+    "import_source",
     "label_rows",
     "labeled_actions",
     "labeled_tensors",

@@ -32,7 +32,6 @@ from ssilbench.api import (
     Task,
     TransitionStore,
     VideoModel,
-    unknown,
 )
 
 TASK_LENGTHS = {"short": 8, "long": 32}
@@ -224,11 +223,8 @@ class CorridorEnvironment(Environment):
         "A line of cells with the goal at the right end; a (slightly noisy) expert walks right."
     )
     Options: ClassVar[type[BaseModel]] = CorridorOptions
+    task_class = CorridorTask  # load(task, options) checks the name and builds this
+    task_kind = "corridor task"
 
     def tasks(self) -> list[str]:
         return list(TASK_LENGTHS)
-
-    def load(self, task: str, options: BaseModel | None = None) -> CorridorTask:
-        if task not in TASK_LENGTHS:
-            raise unknown("corridor task", task, self.tasks())
-        return CorridorTask(task, CorridorOptions() if options is None else options)
