@@ -154,7 +154,24 @@ def test_a_changed_protocol_reruns_and_the_leaderboard_never_pools_the_two(
         changed = run_sweep(build_plan(plugins, tiny(), data), plugins, store, CPU)
         assert (changed.done, changed.skipped) == (1, 0)
         records = store.rows("done")
-    assert len(records) == 2
+        monkeypatch.undo()
+
+        # The dataset generated again (another generator version): the next sweep reruns.
+        plan = build_plan(plugins, tiny(), data)
+        dataset = plan.task_of(plan.runs[0]).dataset
+        TransitionStore.write(
+            dataset.root, np.asarray(dataset.obs), np.asarray(dataset.actions),
+            np.asarray(dataset.rewards), np.asarray(dataset.episode_ends),
+            producer={**dataset.manifest["producer"], "generator": "next"},
+        )  # fmt: skip
+        regenerated = run_sweep(build_plan(plugins, tiny(), data), plugins, store, CPU)
+        assert (regenerated.done, regenerated.skipped) == (1, 0)
+        with_new_data = store.rows("done")
+    assert len(records) == 2 and len(with_new_data) == 3
+    same_protocol = [r for r in with_new_data if r.spec.protocol == plan.runs[0].protocol]
+    assert len(same_protocol) == 2
+    with pytest.raises(UsageError, match="differ in data "):
+        build_table(same_protocol)
     with pytest.raises(UsageError, match="differ in protocol") as refused:
         build_table(records)
     assert "--latest" in str(refused.value)
