@@ -112,7 +112,7 @@ def read_export(path: Path) -> list[RunRecord]:
 
 
 @dataclass
-class MergeReport:
+class MergeSummary:
     added: int = 0
     replaced: int = 0  # a finished copy took the place of an unfinished one
     identical: int = 0
@@ -129,9 +129,9 @@ def _same_result(a: RunRecord, b: RunRecord) -> bool:
     )
 
 
-def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeReport:
+def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeSummary:
     """Merge runs into the store in one transaction (all or nothing)."""
-    report = MergeReport()
+    report = MergeSummary()
     existing = {r.run_id: r for r in store.rows(None)}
     writes = []
     for run in runs:
