@@ -80,6 +80,7 @@ __all__ = [
     "VideoModel",
     "hookimpl",
     "provides",
+    "registers",
     "stream_seed",
     "unknown",
 ]
@@ -106,6 +107,19 @@ def __getattr__(name: str) -> Any:
 
 hookimpl = pluggy.HookimplMarker("ssilbench")
 """Marks a plugin function as the implementation of a hook in :mod:`ssilbench.hookspecs`."""
+
+
+def registers(*entries: tuple[str, str, str]) -> Callable[[BoundRegistry], None]:
+    """A hook implementation that adds each ``(name, "module:attr", description)`` to the
+    registry it is given, named by assignment: ``ssilbench_register_methods = registers(...)``
+    is the ``@hookimpl`` function that calls ``registry.add`` once per entry."""
+
+    @hookimpl
+    def register(registry: BoundRegistry) -> None:
+        for name, target, description in entries:
+            registry.add(name, target, description)
+
+    return register
 
 
 ARCHITECTURE = "ssilbench:architecture"

@@ -1,20 +1,12 @@
 """Registers the ``procgen`` environment family; imports nothing heavy so listing stays fast."""
 
-from __future__ import annotations
+from ssilbench.api import registers
 
-from typing import TYPE_CHECKING
-
-from ssilbench.api import hookimpl
-
-if TYPE_CHECKING:
-    from ssilbench.api import BoundRegistry
-
-
-@hookimpl
-def ssilbench_register_environments(registry: BoundRegistry) -> None:
-    registry.add(
+ssilbench_register_environments = registers(
+    (
         "procgen",
         "ssilbench_procgen.environment:ProcgenEnvironment",
         "The 16 Procgen games (64x64 pixels, 15 actions) with imported or collected expert "
         "data; needs the 'procgen' extra.",
-    )
+    ),
+)

@@ -1,20 +1,16 @@
 """Registers the UVA architectures and the multitask ``uva`` method (lazy targets)."""
 
-from ssilbench.api import hookimpl
+from ssilbench.api import registers
 
-
-@hookimpl
-def ssilbench_register_methods(registry):
-    registry.add(
+ssilbench_register_methods = registers(
+    (
         "uva",
         "ssilbench_uva.uva:UVAMethod",
         "UVA trained on D_L in all five task modes; sampled as a policy or as VM-IDM.",
-    )
+    ),
+)
 
-
-@hookimpl
-def ssilbench_register_architectures(registry):
-    registry.add("uva", "ssilbench_uva.architecture:UVA", "Unified video-action model (small).")
-    registry.add(
-        "uva_base", "ssilbench_uva.architecture:UVABase", "Unified video-action model (paper size)."
-    )
+ssilbench_register_architectures = registers(
+    ("uva", "ssilbench_uva.architecture:UVA", "Unified video-action model (small)."),
+    ("uva_base", "ssilbench_uva.architecture:UVABase", "Unified video-action model (paper size)."),
+)
