@@ -1,16 +1,20 @@
 """Registers the UVA architectures and the multitask ``uva`` method (lazy targets)."""
 
-from ssilbench.api import registers
+from ssilbench.api import hookimpl
 
-ssilbench_register_methods = registers(
-    (
+
+@hookimpl
+def ssilbench_register_methods(registry):
+    registry.add(
         "uva",
         "ssilbench_uva.uva:UVAMethod",
         "UVA trained on D_L in all five task modes; sampled as a policy or as VM-IDM.",
-    ),
-)
+    )
 
-ssilbench_register_architectures = registers(
-    ("uva", "ssilbench_uva.architecture:UVA", "Unified video-action model (small)."),
-    ("uva_base", "ssilbench_uva.architecture:UVABase", "Unified video-action model (paper size)."),
-)
+
+@hookimpl
+def ssilbench_register_architectures(registry):
+    registry.add("uva", "ssilbench_uva.architecture:UVA", "Unified video-action model (small).")
+    registry.add(
+        "uva_base", "ssilbench_uva.architecture:UVABase", "Unified video-action model (paper size)."
+    )
