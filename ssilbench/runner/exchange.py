@@ -131,29 +131,29 @@ def _same_result(a: RunRecord, b: RunRecord) -> bool:
 
 def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeSummary:
     """Merge runs into the store in one transaction (all or nothing)."""
-    report = MergeSummary()
+    summary = MergeSummary()
     existing = {r.run_id: r for r in store.rows(None)}
     writes = []
     for run in runs:
         mine = existing.get(run.run_id)
         if mine is None:
-            report.added += 1
+            summary.added += 1
         elif mine.status == "done" and run.status == "done":
             if _same_result(mine, run):
-                report.identical += 1
+                summary.identical += 1
             else:
-                report.conflicts.append(
+                summary.conflicts.append(
                     f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
                     f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
                     f"{run.score} in {source}"
                 )
             continue
         elif mine.status == "done":
-            report.kept += 1
+            summary.kept += 1
             continue
         else:
-            report.replaced += 1
+            summary.replaced += 1
         writes.append(run)
         existing[run.run_id] = run
     store.put_rows(writes)
-    return report
+    return summary

@@ -203,7 +203,7 @@ def run_sweep(
     statuses = store.statuses()
     provenance = versions(plugins)
     device_name = describe_device(device)
-    report = SweepSummary(total=len(plan.runs))
+    summary = SweepSummary(total=len(plan.runs))
     notify = on_progress or (lambda event, text: None)
 
     labels = {}
@@ -214,8 +214,8 @@ def run_sweep(
         text = f"{method_label} on {env_label}, N_L={spec.budget}, seed {spec.seed}"
         status = statuses.get(spec.run_id)
         if status == "done" or (status == "failed" and not retry_failed):
-            report.skipped += 1
-            report.failed_before += status == "failed"
+            summary.skipped += 1
+            summary.failed_before += status == "failed"
             notify("skipped", text)
         else:
             pending.append(index)
@@ -230,11 +230,11 @@ def run_sweep(
         index = index_of[result.run_id]
         if result.outcome is not None:
             store.finish(result.run_id, result.outcome, result.wall)
-            report.done += 1
+            summary.done += 1
         else:
             assert result.failure is not None
             store.fail(result.run_id, result.failure.traceback, result.wall)
-            report.failed.append((describe(index), result.failure.summary))
+            summary.failed.append((describe(index), result.failure.summary))
         notify(result.status, describe(index))
         return index
 
@@ -256,7 +256,7 @@ def run_sweep(
                 mine.append(index)
                 notify("claimed", describe(index))
             else:
-                report.elsewhere += 1
+                summary.elsewhere += 1
                 notify("skipped", describe(index) + " (done or running in another sweep)")
         return mine
 
@@ -278,9 +278,9 @@ def run_sweep(
             # A worker or job died (killed, out of memory, pre-empted for good): its runs and
             # the ones not started are marked interrupted; the next sweep resumes them.
             left = [plan.runs[i].run_id for u in units for i in u if i not in finished]
-            report.interrupted = store.mark_interrupted(left)
-            report.lost = str(exc)
-        return report
+            summary.interrupted = store.mark_interrupted(left)
+            summary.lost = str(exc)
+        return summary
 
     for unit in units:
         unit = claim(unit)
@@ -291,4 +291,4 @@ def run_sweep(
         )
         for result in _execute(plan, plugins, [plan.runs[i] for i in unit], device, storage):
             record(result)
-    return report
+    return summary
