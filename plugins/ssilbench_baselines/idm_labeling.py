@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ssilbench.api import ArchitectureName, ArchOptions, EnvSpec, Method, RunContext, Stage
+from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
 from ssilbench.kit import (
     ArgmaxRows,
     ClassifierPolicy,
@@ -20,18 +20,24 @@ from ssilbench.kit import (
     RowSource,
     TransitionFrames,
     build_net,
-    fit_classifier,
-    fit_classifiers,
     label_rows,
     labeled_actions,
     speed_of,
     unified,
 )
+from ssilbench_baselines.common import (
+    BaselineMethod,
+    LearningRate,
+    MethodConfig,
+    StageBatchSize,
+    UnifiedOptions,
+    fit_stage,
+    fit_stages,
+    train_role,
+)
 
 
-class IDMLabelingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class IDMLabelingConfig(MethodConfig):
     arch: ArchitectureName = Field(
         None, description="Network of both the IDM and the policy; None = environment default."
     )
@@ -41,22 +47,17 @@ class IDMLabelingConfig(BaseModel):
     idm_fraction: float = Field(
         0.5, gt=0, lt=1, description="Share of the step budget for the IDM stage (paper: 1/2)."
     )
-    lr: float | None = Field(None, gt=0, description="Adam learning rate; None = architecture's.")
-    batch_size: int | None = Field(
-        None, ge=1, description="Minibatch size; None = architecture's rule for each stage's data."
-    )
+    lr: LearningRate = None
+    batch_size: StageBatchSize = None
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the IDM's and the policy's inputs."
     )
-    arch_options: ArchOptions = Field(
-        default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
-    )
+    arch_options: UnifiedOptions
 
 
-class IDMLabeling(Method):
+class IDMLabeling(BaselineMethod):
     description = "IDM on D_L labels D_U; a policy is cloned from the labeled D_U."
     Config = IDMLabelingConfig
-    batched = True
 
     def stages(
         self, cfg: IDMLabelingConfig, total_steps: int, spec: EnvSpec, has_video_model: bool
@@ -92,83 +93,32 @@ class IDMLabeling(Method):
         D_U; a second copy from the same initialisation is trained as the policy."""
         cfg: IDMLabelingConfig = ctx.config
         idm = unified(ctx, cfg.arch, cfg.arch_options)
-        idm.train(
-            ["idm"],
-            ctx.labeled,
-            ctx.plan.stage("idm"),
-            seed=ctx.stream_seed("idm"),
-            rule=ctx.stopping,
-        )
+        train_role(ctx, idm, "idm", ctx.labeled, "idm")
         labels = idm.label(ctx.unlabeled)
         student = idm.fresh()
         policy = student.policy("policy")
-        student.train(["policy"], ctx.unlabeled, ctx.plan.stage("policy", policy=policy),
-                      seed=ctx.stream_seed("policy"), labels=labels, rule=ctx.stopping)  # fmt: skip
+        train_role(ctx, student, "policy", ctx.unlabeled, "policy", policy, labels)
         return policy
 
-    def fit(self, ctx: RunContext) -> ClassifierPolicy:
-        cfg: IDMLabelingConfig = ctx.config
-        arch = ctx.architecture(cfg.arch)
-        if arch.unified:
-            return self._fit_unified(ctx)
-        lr, speed = cfg.lr or arch.lr, speed_of(arch, ctx.device)
+    def _fit_networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
         policy = self._networks(ctx)
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
         pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
-        fit_classifier(
-            policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device), ctx.plan.stage("idm"),
-            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(pairs)),
-            seed=ctx.stream_seed("idm"), rule=ctx.stopping, schedule=arch.lr_schedule,
-            speed=speed,
-        )  # fmt: skip
+        fit_stage(ctx, arch, policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device), "idm")
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
         u, labels = self._labels(ctx, policy)
-        fit_classifier(
-            policy.net, u, labels, ctx.plan.stage("policy", policy=policy),
-            lr=lr, batch_size=cfg.batch_size or arch.batch_size(len(u)),
-            seed=ctx.stream_seed("policy"), rule=ctx.stopping, schedule=arch.lr_schedule,
-            speed=speed,
-        )  # fmt: skip
+        fit_stage(ctx, arch, policy.net, u, labels, "policy", policy)
         return policy
 
-    def fit_many(self, ctxs: list[RunContext]) -> list[ClassifierPolicy]:
-        # `fit` for every run, each stage stacked into one computation.
-        cfg: IDMLabelingConfig = ctxs[0].config
-        arch = ctxs[0].architecture(cfg.arch)
-        if arch.unified:
-            return [self._fit_unified(ctx) for ctx in ctxs]
-        lr = cfg.lr or arch.lr
+    def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
         policies = [self._networks(ctx) for ctx in ctxs]
-        pairs = list(zip(ctxs, policies, strict=True))
-
-        speed = speed_of(arch, ctxs[0].device)
         idm_inputs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
-        fit_classifiers(
-            [p.idm for p in policies],
-            idm_inputs,
-            [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs],
-            [ctx.plan.stage("idm") for ctx in ctxs],
-            lr=lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in idm_inputs],
-            seeds=[ctx.stream_seed("idm") for ctx in ctxs],
-            rule=ctxs[0].stopping,
-            schedule=arch.lr_schedule,
-            speed=speed,
-        )
+        actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
+        fit_stages(ctxs, arch, [p.idm for p in policies], idm_inputs, actions, "idm")
 
-        labeled_u = [self._labels(ctx, p) for ctx, p in pairs]
-        fit_classifiers(
-            [p.net for p in policies],
-            [u for u, _ in labeled_u],
-            [labels for _, labels in labeled_u],
-            [ctx.plan.stage("policy", policy=p) for ctx, p in pairs],
-            lr=lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(u)) for u, _ in labeled_u],
-            seeds=[ctx.stream_seed("policy") for ctx in ctxs],
-            rule=ctxs[0].stopping,
-            schedule=arch.lr_schedule,
-            speed=speed,
-        )
+        labeled_u = [self._labels(ctx, p) for ctx, p in zip(ctxs, policies, strict=True)]
+        states, labels = [u for u, _ in labeled_u], [y for _, y in labeled_u]
+        fit_stages(ctxs, arch, [p.net for p in policies], states, labels, "policy", policies)
         return policies

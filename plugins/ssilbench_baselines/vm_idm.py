@@ -11,14 +11,13 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ssilbench.api import (
+    Architecture,
     ArchitectureName,
-    ArchOptions,
     ConfigError,
     EnvSpec,
-    Method,
     RunContext,
     Stage,
     VideoModel,
@@ -28,18 +27,24 @@ from ssilbench.kit import (
     TransitionFrames,
     VMIDMPolicy,
     build_net,
-    fit_classifier,
-    fit_classifiers,
     fit_regressor,
     labeled_actions,
     speed_of,
     unified,
 )
+from ssilbench_baselines.common import (
+    BaselineMethod,
+    LearningRate,
+    MethodConfig,
+    StageBatchSize,
+    UnifiedOptions,
+    fit_stage,
+    fit_stages,
+    train_role,
+)
 
 
-class VMIDMConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class VMIDMConfig(MethodConfig):
     arch: ArchitectureName = Field(None, description="IDM network; None = environment default.")
     video_model: Literal["auto", "ground_truth", "learned"] = Field(
         "auto", description="auto: the environment's ground truth if it has one, else learned."
@@ -50,18 +55,14 @@ class VMIDMConfig(BaseModel):
     vm_fraction: float = Field(
         0.5, gt=0, lt=1, description="Share of the step budget for learning the video model."
     )
-    lr: float | None = Field(None, gt=0, description="Adam learning rate; None = architecture's.")
-    batch_size: int | None = Field(
-        None, ge=1, description="Minibatch size; None = architecture's rule for each stage's data."
-    )
+    lr: LearningRate = None
+    batch_size: StageBatchSize = None
     use_goal: bool = Field(
         True,
         description="False: the IDM does not see the goal features "
         "(VM*_G-IDM rather than VM*_G-IDM_G).",
     )
-    arch_options: ArchOptions = Field(
-        default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."
-    )
+    arch_options: UnifiedOptions
 
 
 def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
@@ -73,10 +74,9 @@ def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
     return cfg.video_model == "learned" or (cfg.video_model == "auto" and not has_video_model)
 
 
-class VMIDM(Method):
+class VMIDM(BaselineMethod):
     description = "IDM on D_L applied to a video model's next state (ground truth or learned)."
     Config = VMIDMConfig
-    batched = True
 
     def stages(self, cfg: VMIDMConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         if not _learned(cfg, has_video_model):
@@ -129,61 +129,23 @@ class VMIDM(Method):
                 "video_model=learned (or auto) with it."
             )
         model = unified(ctx, cfg.arch, cfg.arch_options)
-        model.train(
-            ["video"],
-            ctx.unlabeled,
-            ctx.plan.stage("video_model"),
-            seed=ctx.stream_seed("video_model"),
-            rule=ctx.stopping,
-        )
+        train_role(ctx, model, "video", ctx.unlabeled, "video_model")
         policy = model.policy("vm_idm")
-        model.train(
-            ["idm"],
-            ctx.labeled,
-            ctx.plan.stage("idm", policy=policy),
-            seed=ctx.stream_seed("idm"),
-            rule=ctx.stopping,
-        )
+        train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
         return policy
 
-    def fit(self, ctx: RunContext) -> VMIDMPolicy:
-        cfg: VMIDMConfig = ctx.config
-        arch = ctx.architecture(cfg.arch)
-        if arch.unified:
-            return self._fit_unified(ctx)
+    def _fit_networks(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
         policy = self._policy(ctx, self._video_model(ctx))
         pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
-        fit_classifier(
-            policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device),
-            ctx.plan.stage("idm", policy=policy),
-            lr=cfg.lr or arch.lr,
-            batch_size=cfg.batch_size or arch.batch_size(len(pairs)),
-            seed=ctx.stream_seed("idm"),
-            rule=ctx.stopping,
-            schedule=arch.lr_schedule,
-            speed=speed_of(arch, ctx.device),
-        )  # fmt: skip
+        actions = labeled_actions(ctx.labeled, ctx.device)
+        fit_stage(ctx, arch, policy.idm, pairs, actions, "idm", policy)
         return policy
 
-    def fit_many(self, ctxs: list[RunContext]) -> list[VMIDMPolicy]:
+    def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[VMIDMPolicy]:
         # The IDM stage of every run stacked into one computation (video models, when
         # learned, are fitted run by run first).
-        cfg: VMIDMConfig = ctxs[0].config
-        arch = ctxs[0].architecture(cfg.arch)
-        if arch.unified:
-            return [self._fit_unified(ctx) for ctx in ctxs]
         policies = [self._policy(ctx, self._video_model(ctx)) for ctx in ctxs]
         pairs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
-        fit_classifiers(
-            [p.idm for p in policies],
-            pairs,
-            [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs],
-            [ctx.plan.stage("idm", policy=p) for ctx, p in zip(ctxs, policies, strict=True)],
-            lr=cfg.lr or arch.lr,
-            batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in pairs],
-            seeds=[ctx.stream_seed("idm") for ctx in ctxs],
-            rule=ctxs[0].stopping,
-            schedule=arch.lr_schedule,
-            speed=speed_of(arch, ctxs[0].device),
-        )
+        actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
+        fit_stages(ctxs, arch, [p.idm for p in policies], pairs, actions, "idm", policies)
         return policies

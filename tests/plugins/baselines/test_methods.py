@@ -7,7 +7,7 @@ import torch
 
 from ssilbench.api import ConfigError
 from ssilbench.testing import Sweep, build_plan, execute, execute_many, load_plugins
-from ssilbench_baselines import idm_labeling as idm_labeling_module
+from ssilbench_baselines import common as common_module
 from ssilbench_baselines.architectures import CNN1, CNN5, MLP5, LinearClassifier
 
 PLUGINS = load_plugins()
@@ -76,14 +76,14 @@ def test_ground_truth_video_model_is_required_when_asked_for(data_root, monkeypa
 
 def test_idm_labeling_soft_and_hard_targets(data_root, monkeypatch):
     seen = []
-    real = idm_labeling_module.fit_classifier
+    real = common_module.fit_classifier  # the stages of idm_labeling fit through it
 
     def spy(net, inputs, targets, budget, **kw):
         rows = targets[slice(None)]
         seen.append((budget.stage.name, rows.dtype, tuple(rows.shape)))
         return real(net, inputs, targets, budget, **kw)
 
-    monkeypatch.setattr(idm_labeling_module, "fit_classifier", spy)
+    monkeypatch.setattr(common_module, "fit_classifier", spy)
     _run(data_root, "idm_labeling", steps=40)
     _run(data_root, "idm_labeling", steps=40, config={"labels": "hard"})
     soft, hard = seen[1], seen[3]
