@@ -186,32 +186,7 @@ class TransitionStore:
     def open(cls, root: Path, verify: bool = True) -> TransitionStore:
         """Open a store; with ``verify`` every file's size and sha256 must match the manifest."""
         root = Path(root)
-        manifest_path = root / "manifest.json"
-        if not manifest_path.is_file():
-            raise DatasetError(
-                f"No dataset manifest at {manifest_path}. Delete the folder {root} so it is "
-                "rebuilt (ssilbench data build ENV --rebuild).",
-                root,
-            )
-        try:
-            manifest = json.loads(manifest_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DatasetError(
-                f"The dataset manifest {manifest_path} is not valid JSON ({exc}). Delete the "
-                f"folder {root} so it is rebuilt (ssilbench data build ENV --rebuild).",
-                root,
-            ) from exc
-        if (
-            not isinstance(manifest, dict)
-            or manifest.get("format") != FORMAT
-            or manifest.get("format_version") != FORMAT_VERSION
-            or not isinstance(manifest.get("files"), dict)
-        ):
-            raise DatasetError(
-                f"{manifest_path} is not a {FORMAT} v{FORMAT_VERSION} manifest. Delete the "
-                f"folder {root} so it is rebuilt (ssilbench data build ENV --rebuild).",
-                root,
-            )
+        manifest = read_manifest(root)
         extra_obs = manifest.get("extra_obs", {})
         keys = [*ARRAYS, *(f"obs.{name}" for name in extra_obs)]
         stamps = _read_stamps(root) if verify else {}
@@ -220,16 +195,11 @@ class TransitionStore:
             path = root / f"{key}.npy"
             expected = manifest["files"].get(path.name)
             if expected is None or not path.is_file():
-                raise DatasetError(
-                    f"Dataset file {path} is missing. Delete the folder {root} so it is "
-                    "rebuilt (ssilbench data build ENV --rebuild).",
-                    root,
-                )
+                raise DatasetError(f"Dataset file {path} is missing. {rebuild_hint(root)}", root)
             if verify and not _verified(path, expected, stamps):
                 raise DatasetError(
                     f"Dataset file {path} does not match its manifest (sha256 or size differs): "
-                    f"it is corrupted or was modified. Delete the folder {root} so it is "
-                    "rebuilt (ssilbench data build ENV --rebuild).",
+                    f"it is corrupted or was modified. {rebuild_hint(root)}",
                     root,
                 )
         if stamps != recorded and not _READ_ONLY.get():  # a file was hashed: record it
@@ -238,14 +208,113 @@ class TransitionStore:
             arrays = {
                 key: np.load(root / f"{key}.npy", mmap_mode="r", allow_pickle=False) for key in keys
             }
-        except ValueError as exc:
+        except (ValueError, OSError, EOFError) as exc:
             raise DatasetError(
-                f"A dataset file in {root} cannot be read ({exc}). Delete the folder so it is "
-                "rebuilt (ssilbench data build ENV --rebuild).",
-                root,
+                f"A dataset file in {root} cannot be read ({exc}). {rebuild_hint(root)}", root
             ) from exc
+        _check_sizes(root, manifest, arrays)
         extras = {name: arrays.pop(f"obs.{name}") for name in extra_obs}
         return cls(root=root, manifest=manifest, extras=extras, **arrays)
+
+
+def rebuild_hint(root: Path) -> str:
+    """What to do about a damaged dataset folder: build it again, or import it again."""
+    return (
+        f"Delete the folder {root} so it is rebuilt (ssilbench data build ENV --rebuild), "
+        "or import the data again (ssilbench data import FAMILY --from DIR --replace)."
+    )
+
+
+# What a manifest must hold, key -> (type, what the message calls it). Both writers
+# (TransitionStore.write and TransitionStoreWriter) write every key; extra_obs and metadata
+# may be absent from stores written before they existed.
+_REQUIRED = {
+    "producer": (dict, "an object"),
+    "frames": (int, "a whole number"),
+    "episodes": (int, "a whole number"),
+    "transitions": (int, "a whole number"),
+    "obs_shape": (list, "a list of whole numbers"),
+    "obs_dtype": (str, "a string"),
+    "action_shape": (list, "a list of whole numbers"),
+    "action_dtype": (str, "a string"),
+    "files": (dict, "an object"),
+}
+_OPTIONAL = {"extra_obs": (dict, "an object"), "metadata": (dict, "an object")}
+
+
+def read_manifest(root: Path) -> dict[str, Any]:
+    """The manifest of the store at ``root``, checked: a DatasetError naming the manifest
+    file and what to do when it is missing, not UTF-8 JSON, not an object, of another
+    format or version, or when a key is missing or of the wrong type."""
+    path = root / "manifest.json"
+    if not path.is_file():
+        raise DatasetError(f"No dataset manifest at {path}. {rebuild_hint(root)}", root)
+
+    def damaged(problem: str) -> DatasetError:
+        return DatasetError(f"The dataset manifest {path} {problem}. {rebuild_hint(root)}", root)
+
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise damaged(f"cannot be read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise damaged("is not valid JSON (it is not even UTF-8 text)") from None
+    except (ValueError, RecursionError) as exc:
+        raise damaged(f"is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise damaged(f"is not a JSON object (it holds a {type(manifest).__name__})")
+    if (
+        manifest.get("format") != FORMAT
+        or type(manifest.get("format_version")) is not int  # true == 1 in Python
+        or manifest.get("format_version") != FORMAT_VERSION
+    ):
+        raise DatasetError(
+            f"{path} is not a {FORMAT} v{FORMAT_VERSION} manifest. {rebuild_hint(root)}", root
+        )
+    missing = [key for key in _REQUIRED if key not in manifest]
+    if missing:
+        raise damaged(f"lacks the key{'s' * (len(missing) > 1)} {', '.join(missing)}")
+    for key, (kind, name) in {**_REQUIRED, **_OPTIONAL}.items():
+        value = manifest.get(key, kind())
+        if not isinstance(value, kind) or kind is int and not _count(value):
+            raise damaged(f"has {key} = {_shown(value)}, which should be {name}")
+        if kind is list and not all(_count(v) for v in value):
+            raise damaged(f"has {key} = {_shown(value)}, which should be {name}")
+    for name, entry in manifest["files"].items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                and _count(entry.get("bytes"))):  # fmt: skip
+            raise damaged(f"has files.{name} = {_shown(entry)}, which should be an object "
+                          "with a sha256 string and a whole number of bytes")  # fmt: skip
+    for name, entry in manifest.get("extra_obs", {}).items():
+        if not name.isidentifier() or name in ARRAYS or not isinstance(entry, dict):
+            raise damaged(f"has extra_obs.{name} = {_shown(entry)}, which is not an extra "
+                          "observation array")  # fmt: skip
+    if manifest["transitions"] != manifest["frames"] - manifest["episodes"]:
+        raise damaged("counts transitions that are not its frames minus its episodes")
+    return manifest
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value) if isinstance(value, str | int | float | bool | None) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_sizes(root: Path, manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """The arrays hold the frames and episodes the manifest counts (one row per frame)."""
+    frames, episodes = manifest["frames"], manifest["episodes"]
+    rows = {key: len(array) if array.ndim else -1 for key, array in arrays.items()}
+    wrong = [f"{key}.npy has {n} rows" for key, n in rows.items()
+             if n != (episodes if key == "episode_ends" else frames)]  # fmt: skip
+    if wrong:
+        raise DatasetError(
+            f"The dataset in {root} does not match its manifest ({frames} frames, {episodes} "
+            f"episodes): {', '.join(wrong)}. {rebuild_hint(root)}",
+            root,
+        )
 
 
 # Hashing a large store on every open costs minutes (the 2.6M Procgen frames are 32 GB), so
