@@ -85,8 +85,11 @@ def test_parse_budgets_keeps_order_and_removes_duplicates():
     assert parse_budgets("64,16,0.5,all,16,016, 64 ,ALL") == ["64", "16", "0.5", "all"]
 
 
-def test_parse_budgets_skips_empty_items():
-    assert parse_budgets(" 16 ,, 32 ,") == ["16", "32"]
+def test_parse_budgets_refuses_empty_items_but_allows_a_trailing_comma():
+    assert parse_budgets(" 16 , 32 ,") == ["16", "32"]
+    for text in ("16,,32", " 16 , , 32", ",16"):
+        with pytest.raises(UsageError, match="has an empty item"):
+            parse_budgets(text)
 
 
 @pytest.mark.parametrize("text", ["", " ", ",", " , ,"])

@@ -17,21 +17,31 @@ import numpy as np
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import UsageError
 
-_FRACTION = re.compile(r"^(0?\.\d+|1(\.0*)?)$")
+_FRACTION = re.compile(r"^(0?\.[0-9]+|1(\.0*)?|[0-9]*\.?[0-9]+e-?[0-9]+)$")  # ASCII only
+MAX_COUNT = 2**63 - 1  # a count budget beyond this cannot be a dataset's size
 
 
 def parse_budget(text: str) -> str:
-    """Validate one label budget and return its canonical label: '16', '0.25' or 'all'."""
+    """Validate one label budget and return its canonical label: '16', '0.25' or 'all'.
+
+    A count is written in ASCII digits and lies in 1..2^63-1; a fraction in (0, 1] may be
+    written with an exponent (1e-05). The label a budget gets parses back to itself."""
     label = str(text).strip().lower()
     if label == "all":
         return label
     if label.isascii() and label.isdigit():
-        if int(label) <= 0:
+        digits = label.lstrip("0") or "0"  # int() refuses strings of over 4300 digits
+        if len(digits) > len(str(MAX_COUNT)) or int(digits) > MAX_COUNT:
+            raise UsageError(
+                f"Label budget {text!r} is out of range: a count is at most {MAX_COUNT} "
+                "(2^63 - 1); use 'all' for the whole dataset."
+            )
+        if int(digits) <= 0:
             raise UsageError(f"Label budget {text!r} must be a positive count (N_L >= 1).")
-        return str(int(label))
+        return digits
     if _FRACTION.match(label):
         value = float(label)
-        if value <= 0:
+        if not 0 < value <= 1:
             raise UsageError(f"Label budget {text!r} must be a positive fraction in (0, 1].")
         return repr(value) if value < 1 else "1.0"
     raise UsageError(
@@ -41,12 +51,19 @@ def parse_budget(text: str) -> str:
 
 
 def parse_budgets(text: str) -> list[str]:
-    """A comma-separated, non-empty list of budgets, duplicates removed, order kept."""
-    items = [item for item in (part.strip() for part in text.split(",")) if item]
-    if not items:
+    """A comma-separated, non-empty list of budgets, duplicates removed, order kept. An empty
+    item between two commas (16,,64) is refused: it is a budget left out by mistake; one
+    trailing comma is allowed."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
         raise UsageError("The budget list is empty: write e.g. --budgets 16,64,256.")
+    if not all(parts[:-1]):
+        raise UsageError(
+            f"The budget list {text!r} has an empty item (two commas in a row, or a comma "
+            "first): write e.g. --budgets 16,64,256."
+        )
     out: list[str] = []
-    for item in items:
+    for item in filter(None, parts):
         label = parse_budget(item)
         if label not in out:
             out.append(label)
