@@ -22,20 +22,17 @@ from torch import nn
 
 from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
 from ssilbench.kit import (
-    Speed,
     TransitionFrames,
-    fit_classifier,
     fit_regressor,
     label_rows,
-    labeled_actions,
     mlp,
 )
 from ssilbench_lapo.world_model import (
     WorldModelConfig,
+    fit_decoder,
     impala_net,
     latents_of,
-    schedules,
-    train_world_model,
+    stage_one,
 )
 
 
@@ -78,22 +75,19 @@ class LAPO(Method):
     Config = LAPOConfig
 
     def stages(self, cfg: LAPOConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
-        world = cfg.world_model_stage(total_steps)
-        latent = round(total_steps * cfg.latent_policy_fraction)
+        world, latent, decode = cfg.split_steps(total_steps, cfg.latent_policy_fraction)
         # pi~ reads D_U and the shared stage 1 only: one per seed serves every budget.
         share = f"lapo_latent_policy:{cfg.digest(LAPOConfig)}:{total_steps}"
         return [
             world,
             Stage("latent_policy", latent, data="unlabeled", share=share, per=("seed",)),
-            Stage("decoder", total_steps - world.steps - latent, policy=True, data="labeled"),
+            Stage("decoder", decode, policy=True, data="labeled"),
         ]
 
     def fit(self, ctx: RunContext) -> LatentActionPolicy:
         cfg: LAPOConfig = ctx.config
         spec, device = ctx.spec, ctx.device
-        speed = Speed.for_device(cfg.fast_cuda, device)
-        unlabeled = TransitionFrames(ctx.unlabeled, device)
-        world = train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
+        speed, unlabeled, world = stage_one(ctx)
 
         # Stage 2: pi~ regresses onto the frozen latent IDM's latents of D_U (computed once
         # per world model, whichever run needs them first).
@@ -106,7 +100,7 @@ class LAPO(Method):
             latent_policy, unlabeled.inputs("obs"), targets, ctx.plan.stage("latent_policy"),
             lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.stream_seed("latent_policy"),
             rule=ctx.stopping,
-            schedule=schedules(cfg)[1], speed=speed,
+            schedule=cfg.later_schedule, speed=speed,
         )  # fmt: skip
         latent_policy.eval().requires_grad_(False)
 
@@ -115,11 +109,5 @@ class LAPO(Method):
         latents = label_rows(ctx.plan.cache, latent_policy, labeled.inputs("obs"), device,
                              speed, probs=False)  # fmt: skip
         policy = LatentActionPolicy(latent_policy, decoder.to(device))
-        fit_classifier(
-            decoder, latents, labeled_actions(ctx.labeled, device),
-            ctx.plan.stage("decoder", policy=policy),
-            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)),
-            seed=ctx.stream_seed("decoder"),
-            rule=ctx.stopping, schedule=schedules(cfg)[1],
-        )  # fmt: skip
+        fit_decoder(ctx, decoder, latents, "decoder", policy)
         return policy

@@ -23,20 +23,18 @@ from ssilbench.api import EnvSpec, Method, RunContext, Stage
 from ssilbench.kit import (
     ArgmaxRows,
     ClassifierPolicy,
-    Speed,
     TransitionFrames,
     fit_classifier,
     label_rows,
-    labeled_actions,
     mlp,
 )
 from ssilbench_lapo.world_model import (
     LatentIDM,
     WorldModelConfig,
+    fit_decoder,
     impala_net,
     latents_of,
-    schedules,
-    train_world_model,
+    stage_one,
 )
 
 
@@ -69,20 +67,17 @@ class LAPOPlus(Method):
     Config = LAPOPlusConfig
 
     def stages(self, cfg: LAPOPlusConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
-        world = cfg.world_model_stage(total_steps)
-        decode = round(total_steps * cfg.idm_decoder_fraction)
+        world, decode, clone = cfg.split_steps(total_steps, cfg.idm_decoder_fraction)
         return [
             world,
             Stage("idm_decoder", decode, data="labeled"),
-            Stage("policy", total_steps - world.steps - decode, policy=True, data="unlabeled"),
+            Stage("policy", clone, policy=True, data="unlabeled"),
         ]
 
     def fit(self, ctx: RunContext) -> ClassifierPolicy:
         cfg: LAPOPlusConfig = ctx.config
         spec, device = ctx.spec, ctx.device
-        speed = Speed.for_device(cfg.fast_cuda, device)
-        unlabeled = TransitionFrames(ctx.unlabeled, device)
-        world = train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
+        speed, unlabeled, world = stage_one(ctx)
 
         # Stage 2: phi decodes the frozen latent IDM's latents of D_L into true actions.
         labeled = TransitionFrames(ctx.labeled, device)
@@ -91,12 +86,7 @@ class LAPOPlus(Method):
             decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
             net = speed.module(impala_net(cfg, spec.obs_shape, spec.num_actions))
         decoder.to(device)
-        fit_classifier(
-            decoder, latents, labeled_actions(ctx.labeled, device), ctx.plan.stage("idm_decoder"),
-            lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)),
-            seed=ctx.stream_seed("idm_decoder"),
-            rule=ctx.stopping, schedule=schedules(cfg)[1],
-        )  # fmt: skip
+        fit_decoder(ctx, decoder, latents, "idm_decoder")
         decoder.eval().requires_grad_(False)
         policy = ClassifierPolicy(net.to(device), idm=DecodedIDM(world.idm, decoder))
 
@@ -109,6 +99,6 @@ class LAPOPlus(Method):
             ctx.plan.stage("policy", policy=policy),
             lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.stream_seed("policy"),
             rule=ctx.stopping,
-            schedule=schedules(cfg)[1], speed=speed,
+            schedule=cfg.later_schedule, speed=speed,
         )  # fmt: skip
         return policy

@@ -24,15 +24,18 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from ssilbench.api import RunContext, Stage
+from ssilbench.api import Policy, RunContext, Stage
 from ssilbench.kit import (
     ArrayRows,
     ImpalaTrunk,
+    RowSource,
     Speed,
     StageBudget,
     TransitionFrames,
     WarmupLinear,
+    fit_classifier,
     label_rows,
+    labeled_actions,
     mlp,
     optimise,
     pair,
@@ -130,6 +133,18 @@ class WorldModelConfig(BaseModel):
 
     def world_model_steps(self, total_steps: int) -> int:
         return round(total_steps * self.world_model_fraction)
+
+    @property
+    def later_schedule(self) -> WarmupLinear | None:
+        """The learning-rate schedule of the stages after stage 1 (None: constant)."""
+        return schedules(self)[1]
+
+    def split_steps(self, total_steps: int, fraction: float) -> tuple[Stage, int, int]:
+        """Stage 1, then the steps of stage 2 (``fraction`` of the total) and of stage 3
+        (the rest): the split both methods declare."""
+        world = self.world_model_stage(total_steps)
+        second = round(total_steps * fraction)
+        return world, second, total_steps - world.steps - second
 
     def world_model_stage(self, total_steps: int) -> Stage:
         """Stage 1, declared shared: every run of either method with these stage-1 settings
@@ -259,3 +274,30 @@ def latents_of(
     game reads the same D_U latents)."""
     return label_rows(ctx.plan.cache, PairedLatentIDM(world.idm), frames.inputs("pair"),
                       ctx.device, speed, probs=False)  # fmt: skip
+
+
+def stage_one(ctx: RunContext) -> tuple[Speed, TransitionFrames, WorldModel]:
+    """Where both methods start a run: how their networks train on the run's device, D_U's
+    frames, and stage 1's world model (trained, or the identical one trained before)."""
+    cfg: WorldModelConfig = ctx.config
+    speed = Speed.for_device(cfg.fast_cuda, ctx.device)
+    unlabeled = TransitionFrames(ctx.unlabeled, ctx.device)
+    return speed, unlabeled, train_world_model(ctx, cfg, unlabeled, ctx.plan.stage("world_model"))
+
+
+def fit_decoder(
+    ctx: RunContext,
+    decoder: nn.Module,
+    latents: RowSource,
+    stage: str,
+    policy: Policy | None = None,
+) -> None:
+    """Fit a decoding head phi(a | z) by cross-entropy from the latents of D_L's transitions
+    to their actions, as the run's ``stage`` (``policy`` evaluated during it)."""
+    cfg: WorldModelConfig = ctx.config
+    fit_classifier(
+        decoder, latents, labeled_actions(ctx.labeled, ctx.device),
+        ctx.plan.stage(stage, policy=policy),
+        lr=cfg.lr, batch_size=min(cfg.batch_size, len(latents)), seed=ctx.stream_seed(stage),
+        rule=ctx.stopping, schedule=cfg.later_schedule,
+    )  # fmt: skip
