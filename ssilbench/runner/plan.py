@@ -27,29 +27,61 @@ from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
 from ssilbench.runner.identity import dataset_fingerprint, plugin_versions, protocol_fingerprint
-from ssilbench.runner.spec import SPEC_VERSION, RunSpec, Sweep
+from ssilbench.runner.spec import (
+    SPEC_VERSION,
+    RunSpec,
+    Sweep,
+    check_json,
+    check_numbers,
+    has_negative_zero,
+    read_json,
+)
 from ssilbench.train.budget import StepParityError, check_stages
 
 
-def parse_value(text: str) -> Any:
-    """A CLI value: JSON where it parses (numbers, true/false, null, lists), else the string."""
+def parse_value(text: str, where: str = "The value") -> Any:
+    """A CLI value: JSON where it parses (numbers, true/false, null, lists, objects), else
+    the string. ``where`` names the value in the UsageError for JSON that parses to
+    something no setting can hold: Infinity, NaN or a number too large for a float (1e400),
+    an integer beyond ±2^63, an object with a key twice, text that is not valid Unicode. What
+    it returns is canonical JSON data (:func:`~ssilbench.runner.spec.check_json`), so it
+    survives ``json.dumps`` and reads back equal."""
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
+        return check_json(read_json(text, default=text), "it")  # plain text: a name, e.g. lc
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}.") from None
 
 
 def parse_assignments(items: typing.Iterable[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` items of a repeatable flag (``--config``, ``--option``) as a dict; each
+    value read by :func:`parse_value`. A key given twice with different values is refused."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}.")
-        out[key.strip()] = parse_value(value.strip())
+        try:
+            check_json(key, "the key")
+        except ValueError as exc:
+            raise UsageError(f"{flag} {item!r}: {exc}.") from None
+        parsed = parse_value(value.strip(), f"{flag} {key}={value.strip()}")
+        if key in out and _text(out[key]) != _text(parsed):  # not ==: 1 == true in Python
+            raise UsageError(
+                f"{flag} gives {key} twice ({key}={json.dumps(out[key])} and "
+                f"{key}={json.dumps(parsed)}): give it once."
+            )
+        out[key] = parsed
     return out
 
 
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
 def format_validation(error: ValidationError, what: str, model: type[BaseModel]) -> str:
+    """One message for every problem pydantic found in ``what`` (a config or options
+    model): each names its key, unknown keys get the closest valid one."""
     fields = sorted(model.model_fields)
     parts = []
     for err in error.errors():
@@ -57,7 +89,16 @@ def format_validation(error: ValidationError, what: str, model: type[BaseModel])
         if err["type"] == "extra_forbidden":
             parts.append(f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}")
         else:
-            parts.append(f"'{loc}': {err['msg']} (got {err.get('input')!r})")
+            parts.append(f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})")
+    return _invalid(what, parts, fields)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _invalid(what: str, parts: list[str], fields: list[str]) -> str:
     valid = ", ".join(fields) if fields else "(none)"
     return (
         f"Invalid {what}: "
@@ -67,10 +108,34 @@ def format_validation(error: ValidationError, what: str, model: type[BaseModel])
 
 
 def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) -> BaseModel:
+    """``values`` validated by ``model`` (a method config, environment or architecture
+    options), or a ConfigError naming every bad key. Beyond the model's own rules it refuses
+    what pydantic would let through: a non-finite float (pydantic reads "inf" and "nan" as
+    floats, and would write them as null), an integer beyond ±2^63, and true/false given
+    for a number (pydantic reads true as 1). A -0.0 the model made (from "-0") becomes
+    0.0, as :class:`~ssilbench.runner.spec.RunSpec` stores it."""
     try:
-        return model.model_validate(values)
+        checked = model.model_validate(values)
     except ValidationError as exc:
         raise ConfigError(format_validation(exc, what, model)) from None
+    dumped = checked.model_dump()
+    parts = [
+        f"'{key}' takes a number, not {json.dumps(raw)}"
+        for key, raw in values.items()
+        if isinstance(raw, bool)
+        and isinstance(dumped.get(key), int | float)
+        and not isinstance(dumped.get(key), bool)
+    ]
+    for key, value in dumped.items():
+        try:
+            check_numbers(value, f"'{key}'")
+        except ValueError as exc:
+            parts.append(str(exc))
+    if parts:
+        raise ConfigError(_invalid(what, parts, sorted(model.model_fields)))
+    if has_negative_zero(dumped):
+        checked = model.model_validate(check_json(checked.model_dump(mode="json"), "values"))
+    return checked
 
 
 def architecture_options_fields(config_model: type[BaseModel]) -> dict[str, str]:

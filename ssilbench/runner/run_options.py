@@ -2,12 +2,17 @@
 
 :class:`RunOptions` holds every setting as the command line gives it (comma-separated lists
 stay text until :meth:`RunOptions.sweep` parses them), so that a library caller and the
-command see the same checks and the same messages. Flags that do not fit together raise a
-:class:`~ssilbench.errors.UsageError` when the object is made.
+command see the same checks and the same messages. Flags that do not fit together, and any
+value out of its range (seeds in 0..2^63-1, step counts and intervals in 1..10^9, finite
+numbers only), raise a :class:`~ssilbench.errors.UsageError` when the object is made; the
+list flags are parsed and a sweep file is read and checked then too, so that a mistake is
+reported before anything is planned, claimed or written.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,31 +20,79 @@ from typing import TYPE_CHECKING
 from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from ssilbench.runner.spec import Sweep
 
 EXECUTORS = ("local", "ray", "slurm")
 
 
+MAX_SEED = 2**63 - 1
+"""Seeds are whole numbers 0 <= seed <= MAX_SEED: the results store keeps them as signed
+64-bit integers, and the random generators take them whole."""
+MAX_STEPS = 10**9
+"""The most training steps one run may ask for (``--steps``, ``steps`` in a sweep file, or
+what ``--steps-scale`` makes of an environment's default), and the largest evaluation or
+checkpoint interval: far beyond any benchmark run, and low enough that a mistyped number is
+refused instead of training until it is killed."""
+MAX_PROCESSES = 1024  # --workers and --threads: more is a typo, not a machine
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def comma_list(text: str, what: str, example: str) -> list[str]:
     """The items of a comma-separated flag value, duplicates removed, order kept; ``what``
-    and ``example`` name the list in the message for an empty one."""
-    items = list(dict.fromkeys(i.strip() for i in text.split(",") if i.strip()))
-    if not items:
+    and ``example`` name the list in the message. An empty list, an empty item between two
+    commas (a,,b: an item left out) and text that is not valid Unicode are refused; one
+    trailing comma is allowed."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
         raise UsageError(f"The {what} list is empty: write e.g. {example}.")
-    return items
+    if not all(parts[:-1]):
+        raise UsageError(f"The {what} list {text!r} has an empty item (two commas in a row, "
+                         f"or a comma first): write e.g. {example}.")  # fmt: skip
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"The {what} list {text!r} is not valid Unicode text.") from None
+    return list(dict.fromkeys(filter(None, parts)))
 
 
 def parse_seeds(text: str) -> list[int]:
-    """The integer seeds of a ``--seeds`` value, duplicates removed, order kept."""
+    """The integer seeds of a ``--seeds`` value, duplicates removed, order kept; each a whole
+    number written in ASCII digits, 0 <= seed <= 2^63 - 1."""
     seeds = []
     for item in comma_list(text, "seed", "--seeds 0,1,2"):
-        try:
-            seeds.append(int(item))
-        except ValueError:
-            raise UsageError(
-                f"Seed {item!r} is not an integer: write e.g. --seeds 0,1,2."
-            ) from None
+        if not _INTEGER.fullmatch(item):
+            raise UsageError(f"Seed {item!r} is not an integer: write e.g. --seeds 0,1,2.")
+        digits = item.lstrip("-").lstrip("0") or "0"  # int() refuses over 4300 digits
+        if item.startswith("-") and digits != "0" or len(digits) > 19 or int(digits) > MAX_SEED:
+            raise UsageError(f"Seed {item} is out of range: seeds are whole numbers from 0 to "
+                             f"2^63 - 1 ({MAX_SEED}); write e.g. --seeds 0,1,2.")  # fmt: skip
+        seeds.append(int(digits))
     return list(dict.fromkeys(seeds))
+
+
+def _whole(value: object, flag: str, high: int | None = None, what: str = "") -> None:
+    """A UsageError unless ``value`` (None: not given) is a whole number in 1..high."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UsageError(f"{flag} must be a whole number, got {value!r}.")
+    if value < 1:
+        raise UsageError(f"{flag} must be a positive integer, got {value}.")
+    if high is not None and value > high:
+        raise UsageError(f"{flag} {value} is over the limit of {high:,} {what}; give at most "
+                         f"{high:,}.")  # fmt: skip
+
+
+def _finite(value: object, flag: str) -> None:
+    """A UsageError unless ``value`` (None: not given) is a finite, non-negative number."""
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise UsageError(f"{flag} must be a number, got {value!r}.")
+    if not math.isfinite(value) or value < 0:
+        raise UsageError(f"{flag} must be a finite number >= 0, got {value}.")
 
 
 @dataclass(frozen=True)
@@ -60,6 +113,10 @@ class ExecutorSettings:
         if self.kind not in EXECUTORS:
             choices = ", ".join(EXECUTORS)
             raise UsageError(f"--executor must be one of {choices}, not {self.kind!r}.")
+        _finite(self.cpus_per_run, "--cpus-per-run")
+        _finite(self.gpus_per_run, "--gpus-per-run")
+        _whole(self.slurm_time, "--slurm-time")
+        _whole(self.slurm_parallelism, "--slurm-parallelism")
         ray_flags = {"--ray-address": self.ray_address}
         slurm_flags = {"--slurm-partition": self.slurm_partition, "--slurm-time": self.slurm_time,
                        "--slurm-parallelism": self.slurm_parallelism,
@@ -136,7 +193,13 @@ class RunOptions:
             self._check_sweep_file_flags()
         else:
             self._check_sweep_flags()
+        self._check_numbers()
         self.executor.validate(self.workers)
+        # Every value is read now, so that its mistakes surface before anything is planned.
+        if self.sweep_file is not None:
+            self._check_sweep_file()
+        else:
+            self.sweep()
 
     def _check_sweep_file_flags(self) -> None:
         given = [f for f, v in (("--method", self.methods), ("--env", self.envs),
@@ -164,15 +227,35 @@ class RunOptions:
                 "FILE."
             )
         steps, scale = self.steps, self.steps_scale
-        if steps is not None and steps < 1:
-            raise UsageError(f"--steps must be a positive integer, got {steps}.")
-        if scale is not None and not scale > 0:
-            raise UsageError(
-                f"--steps-scale must be a positive fraction of the default steps, e.g. 0.01; "
-                f"got {scale}."
-            )
+        _whole(steps, "--steps", MAX_STEPS, "(10^9) training steps per run")
+        if scale is not None:
+            if not isinstance(scale, int | float) or isinstance(scale, bool):
+                raise UsageError(f"--steps-scale must be a number, got {scale!r}.")
+            if scale > MAX_STEPS:  # inf included; nan and -inf are not positive, below
+                raise UsageError(f"--steps-scale {scale} is too large: a run trains at most "
+                                 f"{MAX_STEPS:,} (10^9) steps; give e.g. 0.01 or 2.")  # fmt: skip
+            if not scale > 0:  # nan included
+                raise UsageError(
+                    f"--steps-scale must be a positive fraction of the default steps, e.g. "
+                    f"0.01; got {scale}."
+                )
         if scale is not None and steps is not None:
             raise UsageError("Give --steps or --steps-scale, not both.")
+
+    def _check_numbers(self) -> None:
+        """The numeric settings every run takes: whole numbers within their bounds."""
+        _whole(self.eval_every, "--eval-every", MAX_STEPS, "steps")
+        _whole(self.checkpoint_every, "--checkpoint-every", MAX_STEPS, "steps")
+        _whole(self.workers, "--workers", MAX_PROCESSES, "processes")
+        _whole(self.threads, "--threads", MAX_PROCESSES, "threads")
+
+    def _check_sweep_file(self) -> None:
+        """Read and check the sweep file, its --blocks and its [quick] section now, so that a
+        mistake in it is reported before the results folder is made."""
+        from ssilbench.runner.sweepfile import load_sweep_file, select_blocks
+
+        path = Path(self.sweep_file or "")
+        select_blocks(load_sweep_file(path), path, self.block_names()).blocks(self.quick)
 
     @property
     def datasets(self) -> str:
@@ -211,4 +294,22 @@ class RunOptions:
                 rollouts=not self.no_rollouts,
             )
         except ValidationError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(_flag_errors(exc)) from None
+
+
+# The flag each field of a Sweep comes from, to name it in a message.
+_FLAGS = {"methods": "--method", "envs": "--env", "budgets": "--budgets", "seeds": "--seeds",
+          "config": "--config", "options": "--option", "steps": "--steps",
+          "steps_scale": "--steps-scale", "eval_every": "--eval-every"}  # fmt: skip
+
+
+def _flag_errors(exc: ValidationError) -> str:
+    """One line for what pydantic found wrong in a Sweep built from flags, naming the flags."""
+    parts = []
+    for err in exc.errors():
+        field_name = str(err["loc"][0]) if err["loc"] else ""
+        flag = _FLAGS.get(field_name, field_name or "the sweep")
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{flag}: {message} (got {err.get('input')!r})"
+                     if err["type"] != "value_error" else f"{flag}: {message}")  # fmt: skip
+    return "; ".join(parts) + "."

@@ -35,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import SsilbenchError, UsageError
-from ssilbench.runner.spec import Sweep
+from ssilbench.runner.run_options import MAX_STEPS
+from ssilbench.runner.spec import Seed, Steps, Sweep, check_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,35 +44,75 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 Scalar = str | int | float | bool
+# Numbers are finite everywhere in a file (TOML spells inf and nan; no setting takes them),
+# integers are strict (seeds = [true] or steps = "500" is a mistake, not a coercion), and
+# the values of options and config are checked by one function so that a bad one gets one
+# message naming its key rather than one per member of a union.
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _budgets(value: list[Any]) -> list[str]:
     try:
+        for v in value:
+            if not isinstance(v, str | int | float) or isinstance(v, bool):
+                raise UsageError(f"Label budget {v!r} is not a count, a fraction or 'all'.")
         return [parse_budget(str(v)) for v in value]
     except UsageError as exc:  # reported by pydantic with the block's location
         raise ValueError(str(exc)) from None
 
 
+def _scalar(value: Any, where: str) -> Scalar:
+    if not isinstance(value, Scalar):
+        raise ValueError(f"{where} must be a string, a number or true/false, not {value!r}")
+    return check_json(value, where)
+
+
+def _options(value: dict[str, Any]) -> dict[str, Any]:
+    """Option values: scalars, or non-empty lists of scalars (a list is an axis)."""
+    for key, axis in value.items():
+        if isinstance(axis, list):
+            if not axis:
+                raise ValueError(f"option '{key}' is an empty list; give at least one value")
+            value[key] = [_scalar(v, f"option '{key}'") for v in axis]
+        else:
+            value[key] = _scalar(axis, f"option '{key}'")
+    return value
+
+
+def _names(value: list[str]) -> list[str]:
+    for name in value:
+        check_json(name, repr(name))
+        if not name.strip():
+            raise ValueError("names must not be empty")
+    return value
+
+
+def _config(value: dict[str, Any]) -> dict[str, Any]:
+    """Config values: scalars (a list here would read as an axis, which config has not)."""
+    return {key: _scalar(v, f"config '{key}'") for key, v in value.items()}
+
+
 class Block(BaseModel):
     """One product of axes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     panel: str = Field("", description="Figure panel this block's runs are drawn in.")
     name: str = Field("", description="Selects the block with `ssilbench run --blocks NAME`.")
     methods: list[str] = Field(min_length=1)
     envs: list[str] = Field(min_length=1)
-    budgets: list[Scalar] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
-    options: dict[str, Scalar | list[Scalar]] = {}
-    config: dict[str, Scalar | None] = {}
-    steps: int | None = Field(None, ge=1)
+    budgets: list[Any] = Field(min_length=1)
+    seeds: list[Seed] = Field(min_length=1)
+    options: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    steps: Steps | None = None
     steps_scale: float | None = Field(
-        None, gt=0, description="Train this fraction of the environment's default steps."
+        None,
+        gt=0,
+        le=MAX_STEPS,
+        description="Train this fraction of the environment's default steps.",
     )
-    eval_every: int | None = Field(
-        None, ge=1, description="Evaluate every N steps of a policy stage."
-    )
+    eval_every: Steps | None = Field(None, description="Evaluate every N steps of a policy stage.")
     stop_early: bool = Field(False, description="Stop stages once converged (StoppingRule).")
     rollouts: bool = Field(
         True, description="False: evaluate on the test set only (no rollouts, no score)."
@@ -83,13 +124,20 @@ class Block(BaseModel):
     def _check_budgets(cls, value: list[Any]) -> list[str]:
         return _budgets(value)
 
+    @field_validator("methods", "envs")
+    @classmethod
+    def _check_names(cls, value: list[str]) -> list[str]:
+        return _names(value)
+
     @field_validator("options")
     @classmethod
-    def _no_empty_axis(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, axis in value.items():
-            if isinstance(axis, list) and not axis:
-                raise ValueError(f"option '{key}' is an empty list; give at least one value")
-        return value
+    def _check_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _options(value)
+
+    @field_validator("config")
+    @classmethod
+    def _check_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _config(value)
 
     def sweeps(self) -> list[Sweep]:
         """One Sweep per combination of the list-valued options."""
@@ -116,16 +164,31 @@ class Block(BaseModel):
 
 
 class QuickOverrides(BaseModel):
-    """Replacements applied to every block by ``--quick``."""
+    """Replacements applied to every block by ``--quick``, checked as a block's are."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     envs: list[str] | None = Field(None, min_length=1)
-    budgets: list[Scalar] | None = Field(None, min_length=1)
-    seeds: list[int] | None = Field(None, min_length=1)
-    steps: int | None = Field(None, ge=1)
-    eval_every: int | None = Field(None, ge=1)
-    options: dict[str, Scalar | list[Scalar]] | None = None
+    budgets: list[Any] | None = Field(None, min_length=1)
+    seeds: list[Seed] | None = Field(None, min_length=1)
+    steps: Steps | None = None
+    eval_every: Steps | None = None
+    options: dict[str, Any] | None = None
+
+    @field_validator("budgets")
+    @classmethod
+    def _check_budgets(cls, value: list[Any] | None) -> list[str] | None:
+        return None if value is None else _budgets(value)
+
+    @field_validator("envs")
+    @classmethod
+    def _check_names(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _names(value)
+
+    @field_validator("options")
+    @classmethod
+    def _check_options(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _options(value)
 
 
 class Claim(BaseModel):
@@ -138,7 +201,7 @@ class Claim(BaseModel):
     shrink from one selected panel to the next (panels in the order of ``panels``).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     text: str
     check: Literal["reaches", "never_reaches", "beats", "gap_grows"]
@@ -150,7 +213,7 @@ class Claim(BaseModel):
 
 
 class SweepFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = _STRICT
 
     name: str = Field(min_length=1)
     title: str = ""
@@ -170,7 +233,11 @@ class SweepFile(BaseModel):
                 f"Sweep file '{self.name}' has no [quick] section; run it without --quick."
             )
         changes = self.quick.model_dump(exclude_none=True)
-        return [Block.model_validate({**b.model_dump(), **changes}) for b in self.block if b.quick]
+        try:
+            return [Block.model_validate({**b.model_dump(), **changes})
+                    for b in self.block if b.quick]  # fmt: skip
+        except ValidationError as exc:  # QuickOverrides checks what a block does: a safety net
+            raise UsageError(f"Sweep file '{self.name}', [quick]: {_problems(exc)}.") from None
 
     def display(self, method_label: str) -> str:
         return self.labels.get(method_label, method_label)
@@ -186,33 +253,59 @@ def _location(loc: tuple[Any, ...]) -> str:
     return ".".join(parts)
 
 
+def _problems(exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = _location(err["loc"]) or "(top level)"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{where}'")
+        elif err["type"] == "value_error":  # our own validators name the value
+            problems.append(f"'{where}': {err['msg'].removeprefix('Value error, ')}")
+        else:
+            got = err.get("input")
+            shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
+            problems.append(f"'{where}': {err['msg']}{shown}")
+    return "; ".join(problems)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML document of a sweep file, or a UsageError naming the file: missing,
+    unreadable, not UTF-8 text (a UTF-8 byte-order mark is allowed), not valid TOML."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"Sweep file {path} does not exist.") from None
+    except OSError as exc:
+        raise UsageError(f"Sweep file {path} cannot be read: {exc.strerror}.") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"Sweep file {path} is not UTF-8 text (byte {data[exc.start]:#04x} at offset "
+            f"{exc.start}): save it as UTF-8."
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"Sweep file {path} is not valid TOML: {exc}.") from None
+    except RecursionError:
+        raise UsageError(f"Sweep file {path} nests tables or arrays too deeply.") from None
+
+
 def load_sweep_file(path: Path) -> SweepFile:
     """Parse and validate a sweep file; every problem names the file and the key or line."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"Sweep file {path} does not exist.") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"Sweep file {path} is not valid TOML: {exc}.") from None
+    raw = read_toml(path)
     try:
         return SweepFile.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = _location(err["loc"]) or "(top level)"
-            if err["type"] == "extra_forbidden":
-                problems.append(f"unknown key '{where}'")
-            else:
-                message = err["msg"].removeprefix("Value error, ")
-                problems.append(f"'{where}': {message}")
         allowed = (
             "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
             "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
             "steps_scale, eval_every, stop_early, rollouts, quick"
         )
         raise UsageError(
-            f"Sweep file {path}: " + "; ".join(problems) + f". Allowed keys — {allowed}."
+            f"Sweep file {path}: {_problems(exc)}. Allowed keys — {allowed}."
         ) from None
 
 
