@@ -125,3 +125,31 @@ def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchan
         assert report.added == 3
         export_results(other, tmp_path / "again.jsonl", ("done", "failed", "running"))
     assert (tmp_path / "again.jsonl").read_text().splitlines()[1:] == lines[1:]
+
+
+def test_runs_recorded_by_an_older_spec_version_merge_under_their_own_id(tmp_path):
+    """An export from before spec version 4 (no protocol, plugins or data fields) merges:
+    its run id is the hash of the spec as it was recorded."""
+    from ssilbench.runner.exchange import merge_results, read_export
+    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runner.spec import run_id_of
+
+    old_spec = {"method": "bc", "config": {}, "env": "maze:10x10", "options": {},
+                "budget": "16", "seed": 0, "steps": 60, "eval_every": 30, "stop_early": False,
+                "rollouts": True, "version": 3}  # fmt: skip
+    row = {"run_id": run_id_of(old_spec), "spec": old_spec, "method": "bc",
+           "method_label": "bc", "env": "maze:10x10", "env_label": "maze:10x10",
+           "budget": "16", "seed": 0, "status": "done", "score": 0.5}  # fmt: skip
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps({"format": "ssilbench-results", "version": 1, "runs": 1}) + "\n"
+                    + json.dumps(row) + "\n")  # fmt: skip
+    with ResultsStore(tmp_path / "store") as store:
+        summary = merge_results(store, read_export(path), str(path))
+        [record] = store.rows("done")
+    assert summary.added == 1 and record.run_id == row["run_id"]
+    assert record.spec.version == 3 and record.spec_doc == old_spec
+
+    tampered = {**row, "spec": {**old_spec, "seed": 1}}
+    path.write_text(path.read_text().splitlines()[0] + "\n" + json.dumps(tampered) + "\n")
+    with pytest.raises(Exception, match="does not match its spec"):
+        read_export(path)

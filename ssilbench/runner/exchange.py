@@ -21,6 +21,7 @@ from pydantic import ValidationError
 import ssilbench
 from ssilbench.errors import UsageError
 from ssilbench.runner.results_db import STATUSES, ResultsStore, RunRecord
+from ssilbench.runner.spec import run_id_of
 
 FORMAT = "ssilbench-results"
 VERSION = 1
@@ -97,7 +98,7 @@ def read_export(path: Path) -> list[RunRecord]:
             record: RunRecord | None = RunRecord.from_row(row)
         except (ValidationError, TypeError):
             record = None
-        if record is None or record.spec.run_id != record.run_id:
+        if record is None or run_id_of(record.spec_doc) != record.run_id:
             raise UsageError(
                 f"{path}, line {number}: run {str(row['run_id'])[:12]} does not match its spec "
                 "(edited by hand, or from an incompatible ssilbench); export it again."

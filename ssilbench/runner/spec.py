@@ -231,6 +231,12 @@ class RunSpec(BaseModel):
         return self.data is not None
 
 
+def run_id_of(doc: dict[str, Any]) -> str:
+    """The run id of a spec as recorded (its JSON document), whatever its spec version: a
+    run recorded before a version added fields is identified by the fields it had."""
+    return _digest(_canonical(doc))
+
+
 def _canonical(doc: Any) -> str:
     # allow_nan=False: a non-finite number that got past the checks fails loudly here
     # instead of hashing as a spelling JSON readers do not share.
