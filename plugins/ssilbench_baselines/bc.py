@@ -8,23 +8,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
-from ssilbench.kit import (
-    ClassifierPolicy,
-    TransitionFrames,
-    build_net,
-    labeled_actions,
-    speed_of,
-    unified,
-)
-from ssilbench_baselines.common import (
-    BaselineMethod,
-    LearningRate,
-    MethodConfig,
-    UnifiedOptions,
-    fit_stage,
-    fit_stages,
-    train_role,
-)
+from ssilbench.kit import ClassifierPolicy, unified
+from ssilbench_baselines import common
+from ssilbench_baselines.config import LearningRate, MethodConfig, UnifiedOptions
 
 
 class BCConfig(MethodConfig):
@@ -39,38 +25,31 @@ class BCConfig(MethodConfig):
     arch_options: UnifiedOptions
 
 
-class BC(BaselineMethod):
+class BC(common.BaselineMethod):
     description = "Behaviour cloning on D_L."
     Config = BCConfig
 
     def stages(self, cfg: BCConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         return [Stage("policy", total_steps, policy=True, data="labeled")]
 
-    def _policy(self, ctx: RunContext) -> ClassifierPolicy:
-        cfg: BCConfig = ctx.config
-        arch = ctx.architecture(cfg.arch)
-        with ctx.seeded():
-            net = build_net(arch, ctx.spec, ctx.spec.num_actions, use_goal=cfg.use_goal)
-        return ClassifierPolicy(speed_of(arch, ctx.device).module(net.to(ctx.device)))
+    def _policy(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
+        [net] = common.networks(ctx, arch, False)
+        return ClassifierPolicy(net)
 
     def _fit_unified(self, ctx: RunContext):
         """One network (e.g. UVA) trained in its policy role."""
         cfg: BCConfig = ctx.config
         model = unified(ctx, cfg.arch, cfg.arch_options)
         policy = model.policy("policy")
-        train_role(ctx, model, "policy", ctx.labeled, "policy", policy)
+        common.train_role(ctx, model, "policy", ctx.labeled, "policy", policy)
         return policy
 
     def _fit_networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        s = TransitionFrames(ctx.labeled, ctx.device).inputs("obs")
-        policy = self._policy(ctx)
-        actions = labeled_actions(ctx.labeled, ctx.device)
-        fit_stage(ctx, arch, policy.net, s, actions, "policy", policy)
+        policy = self._policy(ctx, arch)
+        common.fit_labeled(ctx, arch, policy.net, "obs", "policy", policy)
         return policy
 
     def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
-        states = [TransitionFrames(ctx.labeled, ctx.device).inputs("obs") for ctx in ctxs]
-        policies = [self._policy(ctx) for ctx in ctxs]
-        actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
-        fit_stages(ctxs, arch, [p.net for p in policies], states, actions, "policy", policies)
+        policies = [self._policy(ctx, arch) for ctx in ctxs]
+        common.fit_labeled_stacked(ctxs, arch, [p.net for p in policies], "obs", "policy", policies)
         return policies

@@ -1,20 +1,23 @@
-"""What bc, idm_labeling and vm_idm share: config fields that mean the same in each, the
-choice between their networks and a unified architecture's model, and the stages they fit.
-
-The fields are annotated types rather than fields of a base model, so that every config
-keeps its own order of fields (a learned video model's shared-stage identity is the config
-as JSON).
-"""
+"""What bc, idm_labeling and vm_idm share in training: the choice between networks built
+from the config's architecture and a unified architecture's one model, the networks, and
+the stages they fit (their configs' shared fields are in ``ssilbench_baselines.config``)."""
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from ssilbench.api import Architecture, ArchOptions, Method, Policy, RunContext
-from ssilbench.kit import RoleModel, RowSource, fit_classifier, fit_classifiers, speed_of
+from ssilbench.api import Architecture, Method, Policy, RunContext
+from ssilbench.kit import (
+    RoleModel,
+    RowSource,
+    TransitionFrames,
+    build_net,
+    fit_classifier,
+    fit_classifiers,
+    labeled_actions,
+    speed_of,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -22,23 +25,18 @@ if TYPE_CHECKING:
     from ssilbench.api import LabeledView, UnlabeledView
 
 
-class MethodConfig(BaseModel):
-    """A baseline's config: unknown keys are refused."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-LearningRate = Annotated[
-    float | None, Field(gt=0, description="Adam learning rate; None = architecture's.")
-]
-StageBatchSize = Annotated[
-    int | None,
-    Field(ge=1, description="Minibatch size; None = architecture's rule for each stage's data."),
-]
-UnifiedOptions = Annotated[
-    ArchOptions,
-    Field(default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."),
-]
+def networks(ctx: RunContext, arch: Architecture, *paired: bool) -> list[nn.Module]:
+    """Networks from ``arch`` with one output per action, on observations or, where
+    ``paired``, on (s, s') pairs (an IDM), without the goal features where the config's
+    ``use_goal`` says so: built in this order under the run's seed, on its device, in the
+    architecture's speed."""
+    spec, use_goal = ctx.spec, ctx.config.use_goal
+    with ctx.seeded():
+        nets = [
+            build_net(arch, spec, spec.num_actions, paired=p, use_goal=use_goal) for p in paired
+        ]
+    speed = speed_of(arch, ctx.device)
+    return [speed.module(net.to(ctx.device)) for net in nets]
 
 
 def fit_stage(
@@ -90,6 +88,34 @@ def fit_stages(
         schedule=arch.lr_schedule,
         speed=speed_of(arch, ctxs[0].device),
     )
+
+
+def fit_labeled(
+    ctx: RunContext,
+    arch: Architecture,
+    net: nn.Module,
+    kind: str,
+    stage: str,
+    policy: Policy | None = None,
+) -> None:
+    """:func:`fit_stage` on D_L: ``net`` reads each transition's ``kind`` input (``"obs"``,
+    or ``"pair"``: (s, s') stacked, for an IDM) and predicts its action."""
+    inputs = TransitionFrames(ctx.labeled, ctx.device).inputs(kind)
+    fit_stage(ctx, arch, net, inputs, labeled_actions(ctx.labeled, ctx.device), stage, policy)
+
+
+def fit_labeled_stacked(
+    ctxs: list[RunContext],
+    arch: Architecture,
+    nets: list[nn.Module],
+    kind: str,
+    stage: str,
+    policies: list[Policy] | None = None,
+) -> None:
+    """:func:`fit_labeled` for every run, stacked into one computation."""
+    inputs = [TransitionFrames(ctx.labeled, ctx.device).inputs(kind) for ctx in ctxs]
+    actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
+    fit_stages(ctxs, arch, nets, inputs, actions, stage, policies)
 
 
 class BaselineMethod(Method):

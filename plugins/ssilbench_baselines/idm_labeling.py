@@ -19,22 +19,12 @@ from ssilbench.kit import (
     FrameInputs,
     RowSource,
     TransitionFrames,
-    build_net,
     label_rows,
-    labeled_actions,
     speed_of,
     unified,
 )
-from ssilbench_baselines.common import (
-    BaselineMethod,
-    LearningRate,
-    MethodConfig,
-    StageBatchSize,
-    UnifiedOptions,
-    fit_stage,
-    fit_stages,
-    train_role,
-)
+from ssilbench_baselines import common
+from ssilbench_baselines.config import LearningRate, MethodConfig, StageBatchSize, UnifiedOptions
 
 
 class IDMLabelingConfig(MethodConfig):
@@ -55,7 +45,7 @@ class IDMLabelingConfig(MethodConfig):
     arch_options: UnifiedOptions
 
 
-class IDMLabeling(BaselineMethod):
+class IDMLabeling(common.BaselineMethod):
     description = "IDM on D_L labels D_U; a policy is cloned from the labeled D_U."
     Config = IDMLabelingConfig
 
@@ -68,16 +58,10 @@ class IDMLabeling(BaselineMethod):
             Stage("policy", total_steps - idm_steps, policy=True, data="unlabeled"),
         ]
 
-    def _networks(self, ctx: RunContext) -> ClassifierPolicy:
+    def _networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
         """The policy network with its (untrained) IDM, both seeded from the run."""
-        cfg: IDMLabelingConfig = ctx.config
-        arch, spec = ctx.architecture(cfg.arch), ctx.spec
-        with ctx.seeded():
-            idm = build_net(arch, spec, spec.num_actions, paired=True, use_goal=cfg.use_goal)
-            net = build_net(arch, spec, spec.num_actions, use_goal=cfg.use_goal)
-        speed = speed_of(arch, ctx.device)
-        return ClassifierPolicy(speed.module(net.to(ctx.device)),
-                                idm=speed.module(idm.to(ctx.device)))  # fmt: skip
+        idm, net = common.networks(ctx, arch, True, False)
+        return ClassifierPolicy(net, idm=idm)
 
     def _labels(self, ctx: RunContext, policy: ClassifierPolicy) -> tuple[FrameInputs, RowSource]:
         """D_U's states and their labels from the frozen IDM (soft or hard), labelled once
@@ -93,32 +77,29 @@ class IDMLabeling(BaselineMethod):
         D_U; a second copy from the same initialisation is trained as the policy."""
         cfg: IDMLabelingConfig = ctx.config
         idm = unified(ctx, cfg.arch, cfg.arch_options)
-        train_role(ctx, idm, "idm", ctx.labeled, "idm")
+        common.train_role(ctx, idm, "idm", ctx.labeled, "idm")
         labels = idm.label(ctx.unlabeled)
         student = idm.fresh()
         policy = student.policy("policy")
-        train_role(ctx, student, "policy", ctx.unlabeled, "policy", policy, labels)
+        common.train_role(ctx, student, "policy", ctx.unlabeled, "policy", policy, labels)
         return policy
 
     def _fit_networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        policy = self._networks(ctx)
+        policy = self._networks(ctx, arch)
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
-        pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
-        fit_stage(ctx, arch, policy.idm, pairs, labeled_actions(ctx.labeled, ctx.device), "idm")
+        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm")
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
         u, labels = self._labels(ctx, policy)
-        fit_stage(ctx, arch, policy.net, u, labels, "policy", policy)
+        common.fit_stage(ctx, arch, policy.net, u, labels, "policy", policy)
         return policy
 
     def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
-        policies = [self._networks(ctx) for ctx in ctxs]
-        idm_inputs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
-        actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
-        fit_stages(ctxs, arch, [p.idm for p in policies], idm_inputs, actions, "idm")
+        policies = [self._networks(ctx, arch) for ctx in ctxs]
+        common.fit_labeled_stacked(ctxs, arch, [p.idm for p in policies], "pair", "idm")
 
         labeled_u = [self._labels(ctx, p) for ctx, p in zip(ctxs, policies, strict=True)]
         states, labels = [u for u, _ in labeled_u], [y for _, y in labeled_u]
-        fit_stages(ctxs, arch, [p.net for p in policies], states, labels, "policy", policies)
+        common.fit_stages(ctxs, arch, [p.net for p in policies], states, labels, "policy", policies)
         return policies

@@ -26,22 +26,12 @@ from ssilbench.kit import (
     RegressionVideoModel,
     TransitionFrames,
     VMIDMPolicy,
-    build_net,
     fit_regressor,
-    labeled_actions,
     speed_of,
     unified,
 )
-from ssilbench_baselines.common import (
-    BaselineMethod,
-    LearningRate,
-    MethodConfig,
-    StageBatchSize,
-    UnifiedOptions,
-    fit_stage,
-    fit_stages,
-    train_role,
-)
+from ssilbench_baselines import common
+from ssilbench_baselines.config import LearningRate, MethodConfig, StageBatchSize, UnifiedOptions
 
 
 class VMIDMConfig(MethodConfig):
@@ -74,7 +64,7 @@ def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
     return cfg.video_model == "learned" or (cfg.video_model == "auto" and not has_video_model)
 
 
-class VMIDM(BaselineMethod):
+class VMIDM(common.BaselineMethod):
     description = "IDM on D_L applied to a video model's next state (ground truth or learned)."
     Config = VMIDMConfig
 
@@ -112,12 +102,10 @@ class VMIDM(BaselineMethod):
         )  # fmt: skip
         return RegressionVideoModel(vm_net.eval(), spec.obs_shape)
 
-    def _policy(self, ctx: RunContext, video_model: VideoModel) -> VMIDMPolicy:
-        cfg: VMIDMConfig = ctx.config
-        spec, arch = ctx.spec, ctx.architecture(cfg.arch)
-        with ctx.seeded():
-            idm = build_net(arch, spec, spec.num_actions, paired=True, use_goal=cfg.use_goal)
-        return VMIDMPolicy(speed_of(arch, ctx.device).module(idm.to(ctx.device)), video_model)
+    def _policy(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
+        video_model = self._video_model(ctx)  # learned first, where it is learned
+        [idm] = common.networks(ctx, arch, True)
+        return VMIDMPolicy(idm, video_model)
 
     def _fit_unified(self, ctx: RunContext):
         """One network (e.g. UVA) as both: trained as a video model on D_U, then as an IDM
@@ -129,23 +117,19 @@ class VMIDM(BaselineMethod):
                 "video_model=learned (or auto) with it."
             )
         model = unified(ctx, cfg.arch, cfg.arch_options)
-        train_role(ctx, model, "video", ctx.unlabeled, "video_model")
+        common.train_role(ctx, model, "video", ctx.unlabeled, "video_model")
         policy = model.policy("vm_idm")
-        train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
+        common.train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
         return policy
 
     def _fit_networks(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
-        policy = self._policy(ctx, self._video_model(ctx))
-        pairs = TransitionFrames(ctx.labeled, ctx.device).inputs("pair")
-        actions = labeled_actions(ctx.labeled, ctx.device)
-        fit_stage(ctx, arch, policy.idm, pairs, actions, "idm", policy)
+        policy = self._policy(ctx, arch)
+        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm", policy)
         return policy
 
     def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[VMIDMPolicy]:
         # The IDM stage of every run stacked into one computation (video models, when
         # learned, are fitted run by run first).
-        policies = [self._policy(ctx, self._video_model(ctx)) for ctx in ctxs]
-        pairs = [TransitionFrames(ctx.labeled, ctx.device).inputs("pair") for ctx in ctxs]
-        actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
-        fit_stages(ctxs, arch, [p.idm for p in policies], pairs, actions, "idm", policies)
+        policies = [self._policy(ctx, arch) for ctx in ctxs]
+        common.fit_labeled_stacked(ctxs, arch, [p.idm for p in policies], "pair", "idm", policies)
         return policies
