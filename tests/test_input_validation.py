@@ -143,6 +143,10 @@ def test_a_fresh_results_folder_gets_no_store(tmp_path, capsys, recorded):
     err = _refused(capsys, tmp_path / "new", data, *RUN, "--steps", "20", "-c", "lr=Infinity")
     assert "only finite numbers" in err
     assert not (tmp_path / "new" / "results.sqlite").exists()
+    # A config the planner refuses (resolved before the results folder is made) leaves no
+    # folder behind at all.
+    err = _refused(capsys, tmp_path / "other", data, *RUN, "--steps", "20", "-c", "lr=oops")
+    assert "'lr'" in err and not (tmp_path / "other").exists()
 
 
 def test_infinity_is_not_the_default_run(recorded, capsys):

@@ -40,8 +40,10 @@ class PreparedRun:
 
 def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[Sweep], Path]:
     """The checked plan of the sweep ``options`` describe, its sweeps and the results folder
-    (made and proved writable unless this is a dry run, which writes nothing)."""
-    from ssilbench.runner.plan import build_plan
+    (made and proved writable unless this is a dry run, which writes nothing). The sweep is
+    resolved first, so that a mistake in it leaves nothing behind; the folder is checked
+    next, before datasets are built (which may take long)."""
+    from ssilbench.runner.plan import prepare, resolve_plan
     from ssilbench.runner.results_db import ensure_writable
     from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks, select_blocks
 
@@ -50,14 +52,16 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
 
     if options.sweep_file is not None:
         path = options.sweep_file
-        folder = results_dir()
         chosen = select_blocks(load_sweep_file(path), path, options.block_names())
+        plan_blocks(plugins, chosen, path, None, options.quick)
+        folder = results_dir()
         plan, sweeps = plan_blocks(plugins, chosen, path, options.data_root, options.quick,
                                    options.datasets)  # fmt: skip
         return plan, sweeps, folder
     sweep = options.sweep()
+    resolved = resolve_plan(plugins, sweep)
     folder = results_dir()
-    return build_plan(plugins, sweep, options.data_root, options.datasets), [sweep], folder
+    return prepare(resolved, options.data_root, options.datasets), [sweep], folder
 
 
 def prepare_run(plugins: Plugins, options: RunOptions) -> PreparedRun:

@@ -326,19 +326,21 @@ def select_blocks(sweep_file: SweepFile, path: Path, names: list[str]) -> SweepF
 
 
 def plan_blocks(
-    plugins, sweep_file: SweepFile, path: Path, data_root: Path, quick: bool,
+    plugins, sweep_file: SweepFile, path: Path, data_root: Path | None, quick: bool,
     datasets: str = "prepare",
 ):  # fmt: skip
     """One checked plan for every block of the file; errors name the file and the block
-    (``datasets``: as for ``build_plan``)."""
-    from ssilbench.runner.plan import SweepPlan, build_plan
+    (``datasets``: as for ``build_plan``; ``data_root`` None: resolved only, no dataset
+    opened)."""
+    from ssilbench.runner.plan import SweepPlan, build_plan, resolve_plan
 
     plan = SweepPlan(runs=[])
     sweeps = []
     for number, block in enumerate(sweep_file.blocks(quick), start=1):
         for sweep in block.sweeps():
             try:
-                plan.extend(build_plan(plugins, sweep, data_root, datasets))
+                plan.extend(resolve_plan(plugins, sweep) if data_root is None
+                            else build_plan(plugins, sweep, data_root, datasets))  # fmt: skip
             except SsilbenchError as exc:
                 raise type(exc)(f"Sweep file {path}, block {number}: {exc}") from None
             sweeps.append(sweep)
