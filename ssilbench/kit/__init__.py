@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ssilbench.train.budget import StageBudget, StagePlan
     from ssilbench.train.checkpoint import save_atomic
     from ssilbench.train.loop import StoppingRule, optimise
-    from ssilbench.train.memo import reuse_or_train
+    from ssilbench.train.memo import FitSettings, reuse_or_train
     from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
     from ssilbench.train.schedule import WarmupLinear
     from ssilbench.train.speed import Speed
@@ -90,7 +90,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "unlabeled_tensors",
     ),
     "ssilbench.train.batched": ("fit_classifiers",),
-    "ssilbench.train.memo": ("reuse_or_train",),
+    "ssilbench.train.memo": ("FitSettings", "reuse_or_train"),
     "ssilbench.train.checkpoint": ("save_atomic",),
     # unified (multi-role) architectures
     "ssilbench.train.roles": ("RoleModel", "SamplingPath", "UnifiedArchitecture", "unified"),
@@ -108,6 +108,7 @@ __all__ = [
     "ArgmaxRows",
     "ArrayRows",
     "ClassifierPolicy",
+    "FitSettings",
     "FrameInputs",
     "ImpalaTrunk",
     "LabeledView",

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import torch
 from torch import nn
@@ -54,6 +54,11 @@ from ssilbench.train import leases as lease_files
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.checkpoint import save_atomic
 from ssilbench.train.leases import Lease, LeaseInfo, Log
+
+if TYPE_CHECKING:
+    from ssilbench.train.loop import StoppingRule
+    from ssilbench.train.schedule import WarmupLinear
+    from ssilbench.train.speed import Speed
 
 # Bump when a trainer's computation changes, so that older entries are never reused.
 FORMAT = 1
@@ -279,6 +284,25 @@ def reusable(budget: StageBudget) -> StageCache | None:
     return None if evaluated_inside else cache
 
 
+class _RequiredFitSettings(TypedDict):
+    lr: float
+    batch_size: int
+    seed: int
+
+
+class FitSettings(_RequiredFitSettings, total=False):
+    """How a supervised stage trains, besides its network, data and step budget: the
+    keyword arguments of ``fit_classifier``, ``fit_regressor`` and :func:`stage_key`
+    (``lr``, ``batch_size`` and ``seed`` required)."""
+
+    rule: StoppingRule | None
+    """Ends the stage early once training has converged (None: never)."""
+    schedule: WarmupLinear | None
+    """The learning rate over the stage's steps (None: constant)."""
+    speed: Speed
+    """bf16 autocast and channels-last on CUDA (default: float32)."""
+
+
 def stage_key(
     cache: StageCache,
     trainer: str,
@@ -286,22 +310,17 @@ def stage_key(
     inputs: RowSource,
     targets: RowSource,
     budget: StageBudget,
-    *,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    rule: Any,
-    schedule: Any = None,
-    speed: Any = None,
+    **fit: Unpack[FitSettings],
 ) -> str:
     """The key of one supervised stage (``trainer``: "classifier" or "regressor"), the same
     whether the run is trained alone or stacked with others."""
-    settings = {"lr": lr, "batch": min(batch_size, len(inputs)), "seed": seed,
-                "steps": budget.stage.steps, "rule": repr(rule)}  # fmt: skip
-    if schedule is not None:  # keys of unscheduled stages stay as they were
-        settings["schedule"] = repr(schedule)
-    if getattr(speed, "enabled", False):  # as must those of float32 stages
-        settings["speed"] = repr(speed)
+    settings = {"lr": fit["lr"], "batch": min(fit["batch_size"], len(inputs)),
+                "seed": fit["seed"], "steps": budget.stage.steps,
+                "rule": repr(fit.get("rule"))}  # fmt: skip
+    if fit.get("schedule") is not None:  # keys of unscheduled stages stay as they were
+        settings["schedule"] = repr(fit["schedule"])
+    if getattr(fit.get("speed"), "enabled", False):  # as must those of float32 stages
+        settings["speed"] = repr(fit["speed"])
     # A row source's rows are tensors on its device: one row says which.
     device = inputs.device
     return cache.key(trainer, net, [inputs, targets], settings, device)

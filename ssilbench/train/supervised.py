@@ -9,6 +9,7 @@ read per minibatch, so a stage on 2.6M Procgen transitions never holds them as f
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Unpack
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from ssilbench.data.tensors import pair, pair_shape
 from ssilbench.train.artifacts import cached_rows
 from ssilbench.train.budget import StageBudget
 from ssilbench.train.loop import StoppingRule, optimise
-from ssilbench.train.memo import StageCache, reusable, stage_key
+from ssilbench.train.memo import FitSettings, StageCache, reusable, stage_key
 from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.speed import FLOAT32, Speed
 
@@ -62,16 +63,12 @@ def fit_classifier(
     inputs: RowSource,
     targets: RowSource,
     budget: StageBudget,
-    *,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    rule: StoppingRule | None = None,
-    schedule: WarmupLinear | None = None,
-    speed: Speed = FLOAT32,
+    **fit: Unpack[FitSettings],
 ) -> float:
-    """Cross-entropy to hard labels (integer targets) or to distributions (float targets)."""
+    """Cross-entropy to hard labels (integer targets) or to distributions (float targets);
+    ``fit`` as :func:`fit_rows` takes it."""
     soft = targets.is_floating_point()
+    speed = fit.get("speed", FLOAT32)
 
     def loss(logits: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
         if soft:
@@ -87,9 +84,7 @@ def fit_classifier(
             right += float((speed.forward(net, inputs[rows]).argmax(-1) == wanted).sum())
         return right / len(inputs)
 
-    return fit_rows("classifier", net, inputs, targets, loss, budget, lr=lr,
-                    batch_size=batch_size, seed=seed, rule=rule, schedule=schedule,
-                    speed=speed, accuracy=accuracy)  # fmt: skip
+    return fit_rows("classifier", net, inputs, targets, loss, budget, accuracy=accuracy, **fit)
 
 
 def fit_regressor(
@@ -97,22 +92,15 @@ def fit_regressor(
     inputs: RowSource,
     targets: RowSource,
     budget: StageBudget,
-    *,
-    lr: float,
-    batch_size: int,
-    seed: int,
-    rule: StoppingRule | None = None,
-    schedule: WarmupLinear | None = None,
-    speed: Speed = FLOAT32,
+    **fit: Unpack[FitSettings],
 ) -> float:
-    """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened)."""
+    """Mean squared error of ``net(inputs)`` (flattened) to ``targets`` (flattened); ``fit``
+    as :func:`fit_rows` takes it."""
 
     def loss(out: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(out, wanted.flatten(1))
 
-    return fit_rows("regressor", net, inputs, targets, loss, budget, lr=lr,
-                    batch_size=batch_size, seed=seed, rule=rule, schedule=schedule,
-                    speed=speed)  # fmt: skip
+    return fit_rows("regressor", net, inputs, targets, loss, budget, **fit)
 
 
 def fit_rows(
