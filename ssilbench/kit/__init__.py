@@ -7,13 +7,18 @@ them and gathered here, so that the core can move things without breaking plugin
 
 Each name is imported from its defining module on first access, so a module that takes only
 light names (``TransitionStore``, ``import_optional``) does not import torch; names of the
-training helpers do.
+training helpers do. Two small helpers of its own, the checks an importer
+(``Environment.import_dataset``) opens with, are defined below.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
     from ssilbench.data.batches import (
@@ -27,7 +32,6 @@ if TYPE_CHECKING:
     from ssilbench.data.datasets import TransitionStore, sha256_file
     from ssilbench.data.split import LabeledView, UnlabeledView
     from ssilbench.data.tensors import as_model_input, pair, pair_shape
-    from ssilbench.kit.importing import already_imported, import_source
     from ssilbench.kit.nets import ImpalaTrunk, mlp
     from ssilbench.kit.registered import architecture
     from ssilbench.plugins import available, import_optional
@@ -94,8 +98,6 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ssilbench.train.checkpoint": ("save_atomic",),
     # unified (multi-role) architectures
     "ssilbench.train.roles": ("RoleModel", "SamplingPath", "UnifiedArchitecture", "unified"),
-    # the checks importers (Environment.import_dataset) open with
-    "ssilbench.kit.importing": ("already_imported", "import_source"),
     # shared network blocks, and registered architectures by name
     "ssilbench.kit.nets": ("ImpalaTrunk", "mlp"),
     "ssilbench.kit.registered": ("architecture",),
@@ -166,3 +168,21 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
+
+
+def import_source(source: Path | str, holds: str) -> Path:
+    """``source`` as a Path, or a UsageError when it is not a folder, saying what it should
+    hold: ``--from SOURCE: no such folder. Give the folder that holds HOLDS``."""
+    source = Path(source)
+    if not source.is_dir():
+        raise UsageError(f"--from {source}: no such folder. Give the folder that holds {holds}")
+    return source
+
+
+def already_imported(target: Path, replace: bool, log: Callable[[str], None], what: str) -> bool:
+    """Whether to leave ``target`` as it is: it exists and ``replace`` is off. The log then
+    says ``WHAT already imported at TARGET (--replace to import it again)``."""
+    if target.exists() and not replace:
+        log(f"{what} already imported at {target} (--replace to import it again)")
+        return True
+    return False

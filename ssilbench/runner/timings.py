@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ssilbench.api import EnvSpec, RunContext
+from ssilbench.api import EnvSpec
 from ssilbench.data.datasets import TransitionStore
-from ssilbench.data.split import split
 from ssilbench.data.tensors import as_model_input
 from ssilbench.runner.plan import MethodInfo, TaskInfo
+from ssilbench.runner.worker import RunInputs
 from ssilbench.train.budget import StageBudget, StagePlan
 
 FILE = "timings.json"
@@ -216,30 +216,16 @@ def _fit_timed(
             store.num_transitions if spec.budget_unit == "transitions" else store.num_episodes,
         )
     )
-    labeled, unlabeled = split(store, budget, 0, spec.budget_unit)
-    video_model = task.task.video_model()
-    stages = method.cls().stages(method.config, spec.default_steps, spec, video_model is not None)
+    inputs = RunInputs.declare(method, task, store, budget, 0, spec.default_steps)
     plan = _TimedPlan(
-        stages,
-        eval_every=max(s.steps for s in stages) + 1,
+        inputs.stages,
+        eval_every=max(s.steps for s in inputs.stages) + 1,
         evaluate=lambda policy: math.nan,
         device=device,
         limit=limit,
         counter=counter,
     )
-    ctx = RunContext(
-        config=method.config,
-        spec=spec,
-        labeled=labeled,
-        unlabeled=unlabeled,
-        video_model=video_model,
-        device=device,
-        seed=0,
-        plan=plan,
-        architectures=plugins.architectures.create,
-        evaluate=lambda p: math.nan,
-        log=lambda message: None,
-    )
+    ctx = inputs.context(method, task, plugins, device, 0, plan, log=lambda message: None)
     began = time.perf_counter()
     policy = method.cls().fit(ctx)
     total = time.perf_counter() - began

@@ -6,6 +6,7 @@ import contextlib
 import math
 import platform
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ import numpy as np
 import torch
 
 import ssilbench
-from ssilbench.api import RunContext
-from ssilbench.data.split import split
+from ssilbench.api import Policy, RunContext, Stage, VideoModel
+from ssilbench.data.split import LabeledView, UnlabeledView, split
 from ssilbench.errors import UsageError
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
@@ -124,6 +125,52 @@ def stage_scope(spec: RunSpec, task: TaskInfo) -> dict[str, Any]:
     return {"env": SweepPlan.task_key(spec), "data": data, "seed": spec.seed, "budget": spec.budget}
 
 
+@dataclass(frozen=True)
+class RunInputs:
+    """What a method fits a run from, besides the run's plan: the split of the data for the
+    run's budget and seed, the task's video model, and the stages the method declares."""
+
+    labeled: LabeledView
+    unlabeled: UnlabeledView
+    video_model: VideoModel | None
+    stages: list[Stage]
+
+    @classmethod
+    def declare(
+        cls, method: MethodInfo, task: TaskInfo, store, budget: str, seed: int, steps: int
+    ) -> RunInputs:
+        labeled, unlabeled = split(store, budget, seed, task.spec.budget_unit)
+        video_model = task.task.video_model()
+        stages = method.cls().stages(method.config, steps, task.spec, video_model is not None)
+        return cls(labeled, unlabeled, video_model, stages)
+
+    def context(
+        self,
+        method: MethodInfo,
+        task: TaskInfo,
+        plugins: Plugins,
+        device: torch.device,
+        seed: int,
+        plan: StagePlan,
+        **more: Any,
+    ) -> RunContext:
+        """The run's context, with ``plan`` made of :attr:`stages` (the context evaluates a
+        policy as the plan does); ``more``: its other fields (``stopping``, ``log``)."""
+        return RunContext(
+            config=method.config,
+            spec=task.spec,
+            labeled=self.labeled,
+            unlabeled=self.unlabeled,
+            video_model=self.video_model,
+            device=device,
+            seed=seed,
+            plan=plan,
+            architectures=plugins.architectures.create,
+            evaluate=plan.evaluate,
+            **more,
+        )
+
+
 def set_up_run(
     spec: RunSpec,
     method: MethodInfo,
@@ -138,11 +185,8 @@ def set_up_run(
     ``overlap_eval``: evaluate in a background thread while training goes on (None: on CUDA
     devices, where it hides the rollouts' CPU time)."""
     seed_everything(spec.seed)
-    env_spec = task.spec
-    labeled, unlabeled = split(task.dataset, spec.budget, spec.seed, env_spec.budget_unit)
-    video_model = task.task.video_model()
-    stages = method.cls().stages(method.config, spec.steps, env_spec, video_model is not None)
-    check_stages(stages, spec.steps, spec.method)
+    inputs = RunInputs.declare(method, task, task.dataset, spec.budget, spec.seed, spec.steps)
+    check_stages(inputs.stages, spec.steps, spec.method)
     timeline: list[dict[str, Any]] = []
     evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
 
@@ -172,7 +216,7 @@ def set_up_run(
 
     storage = storage or RunStorage()
     plan = StagePlan(
-        stages,
+        inputs.stages,
         eval_every=spec.eval_every,
         evaluate=evaluate,
         cache=storage.cache(),
@@ -181,19 +225,8 @@ def set_up_run(
     )
     if overlapped is not None and plan.checkpoints is not None:
         plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation
-    ctx = RunContext(
-        config=method.config,
-        spec=env_spec,
-        labeled=labeled,
-        unlabeled=unlabeled,
-        video_model=video_model,
-        device=device,
-        seed=spec.seed,
-        plan=plan,
-        architectures=plugins.architectures.create,
-        evaluate=evaluate,
-        stopping=StoppingRule() if spec.stop_early else None,
-    )
+    stopping = StoppingRule() if spec.stop_early else None
+    ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping)
     return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped)
 
 
@@ -252,12 +285,8 @@ def execute(
 ) -> RunOutcome:
     """Train and evaluate one run. Exceptions propagate: the sweep records them as failures."""
     run = set_up_run(spec, method, task, plugins, device, storage, overlap_eval)
-    try:
-        policy = method.cls().fit(run.ctx)
-    except BaseException:
-        run.abort()
-        raise
-    return finish(run, policy)
+    [outcome] = _fit_and_finish([run], lambda ctxs: [method.cls().fit(ctxs[0])])
+    return outcome
 
 
 def execute_many(
@@ -274,8 +303,15 @@ def execute_many(
     runs = [
         set_up_run(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs
     ]
+    return _fit_and_finish(runs, method.cls().fit_many)
+
+
+def _fit_and_finish(
+    runs: list[PreparedRun], fit: Callable[[list[RunContext]], list[Policy]]
+) -> list[RunOutcome]:
+    """The runs' policies from ``fit`` (every run released when it fails), each finished."""
     try:
-        policies = method.cls().fit_many([run.ctx for run in runs])
+        policies = fit([run.ctx for run in runs])
     except BaseException:
         for run in runs:
             run.abort()
