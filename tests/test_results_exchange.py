@@ -95,7 +95,13 @@ def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchan
     # The file format, checked against the store's own columns rather than RunRecord, so
     # that the records the store hands out cannot drift from what older exports hold.
     from ssilbench.runner.exchange import export_results, merge_results, read_export
-    from ssilbench.runner.results_db import COLUMNS, JSON_COLUMNS, ResultsStore, RunOutcome
+    from ssilbench.runner.results_db import (
+        COLUMNS,
+        JSON_COLUMNS,
+        STATUSES,
+        ResultsStore,
+        RunOutcome,
+    )
     from ssilbench.runner.spec import RunSpec
 
     specs = [RunSpec(method="bc", config={"lr": 0.001}, env="maze:10x10", options={},
@@ -122,9 +128,11 @@ def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchan
     assert lines[1:] == [json.dumps(e, sort_keys=True) for e in expected]
     with ResultsStore(tmp_path / "b") as other:
         report = merge_results(other, read_export(path), str(path))
-        assert report.added == 3
-        export_results(other, tmp_path / "again.jsonl", ("done", "failed", "running"))
-    assert (tmp_path / "again.jsonl").read_text().splitlines()[1:] == lines[1:]
+        assert report.added == 3 and report.unfinished == 1
+        export_results(other, tmp_path / "again.jsonl", STATUSES)
+    # The running run comes back interrupted: a received claim is never live here.
+    back = [line.replace('"status": "running"', '"status": "interrupted"') for line in lines[1:]]
+    assert (tmp_path / "again.jsonl").read_text().splitlines()[1:] == back
 
 
 def test_runs_recorded_by_an_older_spec_version_merge_under_their_own_id(tmp_path):

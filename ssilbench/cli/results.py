@@ -23,7 +23,7 @@ def results_export(results: str, out: str, everything: bool) -> None:
     from ssilbench.runner.exchange import export_results
     from ssilbench.runner.results_db import STATUSES, ResultsStore
 
-    with ResultsStore(Path(results), create=False) as store:
+    with ResultsStore.open_read_only(Path(results)) as store:
         count = export_results(store, Path(out), STATUSES if everything else ("done",))
     click.echo(f"wrote {count} run(s) to {out}", err=True)
 
@@ -33,19 +33,24 @@ def results_export(results: str, out: str, everything: bool) -> None:
 @results_option
 def results_merge(files: tuple[str, ...], results: str) -> None:
     """Merge exported FILES into the store: new runs are added, a run already there is kept
-    once, and finished copies that disagree are reported (the store's copy stays)."""
-    from ssilbench.runner.exchange import merge_results, read_export
+    once, and finished copies that disagree are reported (the store's copy stays). Every
+    line of every file is checked before anything is written; then all files go in at once.
+    Unfinished runs (running, interrupted) are recorded as interrupted: a later sweep runs
+    them."""
+    from ssilbench.runner.exchange import merge_files, read_export
     from ssilbench.runner.results_db import ResultsStore, ensure_writable
 
     batches = [(f, read_export(Path(f))) for f in files]  # every file checked before writing
     with ResultsStore(ensure_writable(Path(results))) as store:
-        for name, runs in batches:
-            r = merge_results(store, runs, name)
-            click.echo(
-                f"{name}: {r.added} added, {r.replaced} replaced an unfinished copy, "
-                f"{r.identical} already here, {r.kept} kept (finished here), "
-                f"{len(r.conflicts)} conflict(s)",
-                err=True,
-            )
-            for text in r.conflicts:
-                click.echo(f"  conflict: {text}", err=True)
+        summaries = merge_files(store, batches)
+    for (name, _), r in zip(batches, summaries, strict=True):
+        click.echo(
+            f"{name}: {r.added} added, {r.replaced} replaced an unfinished copy, "
+            f"{r.identical} already here, {r.kept} kept (finished or running here), "
+            f"{len(r.conflicts)} conflict(s)"
+            + (f"; {r.unfinished} unfinished run(s) recorded as interrupted (a later sweep "
+               "runs them)" if r.unfinished else ""),
+            err=True,
+        )  # fmt: skip
+        for text in r.conflicts:
+            click.echo(f"  conflict: {text}", err=True)

@@ -36,7 +36,7 @@ def status(state: State, results: str, sweep_file, quick) -> None:
         planned = set(study_panels(state.plugins, sweep_file, quick)[1])
     elif quick:
         raise UsageError("--quick needs --sweep FILE.")
-    with ResultsStore(Path(results), create=False) as store:
+    with ResultsStore.open_read_only(Path(results)) as store:
         rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
     for line in progress_lines(rows, planned, time.time()):
         click.echo(line)

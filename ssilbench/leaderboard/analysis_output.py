@@ -88,7 +88,7 @@ def analyze_store(
     from ssilbench.runner.results_db import ResultsStore
 
     budget = parse_budget(entropy_budget) if entropy_budget is not None else None
-    with ResultsStore(Path(results), create=False) as store:
+    with ResultsStore.open_read_only(Path(results)) as store:
         records = [r for r in store.rows("done") if r.env in wanted]
     scope = ", ".join(env_ids)
     if not records:

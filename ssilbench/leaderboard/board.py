@@ -25,7 +25,7 @@ def store_table(
     from ssilbench.leaderboard.table import build_table
     from ssilbench.runner.results_db import ResultsStore
 
-    with ResultsStore(Path(results), create=False) as store:
+    with ResultsStore.open_read_only(Path(results)) as store:
         records = store.rows("done")
     if compare is not None:
         known = sorted({r.method_label for r in records})

@@ -35,7 +35,7 @@ def load_study(
     from ssilbench.runner.results_db import ResultsStore
 
     sweep_file, titles = study_panels(plugins, path, quick)
-    with ResultsStore(Path(results), create=False) as store:
+    with ResultsStore.open_read_only(Path(results)) as store:
         records = [r for r in store.rows("done") if r.design_id in titles]
     if not records and not allow_empty:
         raise UsageError(

@@ -16,12 +16,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 import ssilbench
 from ssilbench.errors import UsageError
-from ssilbench.runner.results_db import STATUSES, ResultsStore, RunRecord
-from ssilbench.runner.spec import run_id_of
+from ssilbench.runner.merge_check import check_run
+from ssilbench.runner.results_db import ResultsStore, RunRecord
 
 FORMAT = "ssilbench-results"
 VERSION = 1
@@ -60,7 +58,7 @@ def read_export(path: Path) -> list[RunRecord]:
     """Every run of an exported file, checked; a problem names the file and the line."""
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise UsageError(f"{path} does not exist.") from None
     except (OSError, UnicodeDecodeError) as exc:
@@ -69,7 +67,7 @@ def read_export(path: Path) -> list[RunRecord]:
         raise UsageError(f"{path} is empty; expected a file written by 'ssilbench results export'.")
     try:
         header = json.loads(lines[0])
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise UsageError(
@@ -87,28 +85,20 @@ def read_export(path: Path) -> list[RunRecord]:
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
+        where = f"{path}, line {number}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UsageError(f"{path}, line {number}: not valid JSON ({exc.msg}).") from None
-        missing = [k for k in REQUIRED if not isinstance(row, dict) or row.get(k) is None]
+            raise UsageError(f"{where}: not valid JSON ({exc.msg}).") from None
+        except (ValueError, RecursionError) as exc:  # an integer of 4300+ digits, deep nesting
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise UsageError(f"{where}: not valid JSON ({reason}).") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{where}: a {type(row).__name__}, not a run (a JSON object).")
+        missing = [k for k in REQUIRED if row.get(k) is None]
         if missing:
-            raise UsageError(f"{path}, line {number}: a run without {', '.join(missing)}.")
-        try:
-            record: RunRecord | None = RunRecord.from_row(row)
-        except (ValidationError, TypeError):
-            record = None
-        if record is None or run_id_of(record.spec_doc) != record.run_id:
-            raise UsageError(
-                f"{path}, line {number}: run {str(row['run_id'])[:12]} does not match its spec "
-                "(edited by hand, or from an incompatible ssilbench); export it again."
-            )
-        if record.status not in STATUSES:
-            raise UsageError(
-                f"{path}, line {number}: unknown status {record.status!r} (one of "
-                f"{', '.join(STATUSES)})."
-            )
-        runs.append(record)
+            raise UsageError(f"{where}: a run without {', '.join(missing)}.")
+        runs.append(check_run(row, where))
     return runs
 
 
@@ -117,8 +107,9 @@ class MergeSummary:
     added: int = 0
     replaced: int = 0  # a finished copy took the place of an unfinished one
     identical: int = 0
-    kept: int = 0  # the store's copy was finished and the incoming one was not
+    kept: int = 0  # the store's copy was finished (or is running here) and the incoming one not
     conflicts: list[str] = field(default_factory=list)
+    unfinished: int = 0  # runs written 'interrupted' (received 'running' or 'interrupted')
 
 
 def _same_result(a: RunRecord, b: RunRecord) -> bool:
@@ -132,29 +123,47 @@ def _same_result(a: RunRecord, b: RunRecord) -> bool:
 
 def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeSummary:
     """Merge runs into the store in one transaction (all or nothing)."""
-    summary = MergeSummary()
+    return merge_files(store, [(source, runs)])[0]
+
+
+def merge_files(
+    store: ResultsStore, batches: list[tuple[str, list[RunRecord]]]
+) -> list[MergeSummary]:
+    """Merge the runs of several files (name, runs read by :func:`read_export`), in order,
+    in one transaction: all of them or nothing. One summary per file."""
+    summaries = []
     existing = {r.run_id: r for r in store.rows(None)}
-    writes = []
-    for run in runs:
-        mine = existing.get(run.run_id)
-        if mine is None:
-            summary.added += 1
-        elif mine.status == "done" and run.status == "done":
-            if _same_result(mine, run):
-                summary.identical += 1
-            else:
-                summary.conflicts.append(
-                    f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
-                    f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
-                    f"{run.score} in {source}"
-                )
-            continue
-        elif mine.status == "done":
-            summary.kept += 1
-            continue
+    writes: dict[str, RunRecord] = {}
+    for source, runs in batches:
+        summary = MergeSummary()
+        for run in runs:
+            if _merge_one(summary, existing.get(run.run_id), run, source):
+                writes[run.run_id] = existing[run.run_id] = run
+                summary.unfinished += run.status == "interrupted"
+        summaries.append(summary)
+    store.put_rows(list(writes.values()))
+    return summaries
+
+
+def _merge_one(summary: MergeSummary, mine: RunRecord | None, run: RunRecord, source: str) -> bool:
+    """Count ``run`` in ``summary``; whether it is to be written."""
+    if mine is None:
+        summary.added += 1
+        return True
+    if mine.status == "done" and run.status == "done":
+        if _same_result(mine, run):
+            summary.identical += 1
         else:
-            summary.replaced += 1
-        writes.append(run)
-        existing[run.run_id] = run
-    store.put_rows(writes)
-    return summary
+            summary.conflicts.append(
+                f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
+                f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
+                f"{run.score} in {source}"
+            )
+        return False
+    # A finished copy here stays, and so does a claim of a sweep on this store (running):
+    # an unfinished copy from elsewhere would make another sweep train the run again.
+    if mine.status == "done" or (mine.status == "running" and run.status != "done"):
+        summary.kept += 1
+        return False
+    summary.replaced += 1
+    return True

@@ -22,50 +22,20 @@ from pydantic import ValidationError
 
 from ssilbench.errors import ResultsStoreError
 from ssilbench.runner.spec import SPEC_VERSION, RunSpec
+from ssilbench.runner.store_file import (
+    COLUMNS,
+    DB_NAME,
+    JSON_COLUMNS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    STATUSES,
+    check_store,
+    open_read_only,
+)
 
-DB_NAME = "results.sqlite"
-# Bumped when the layout of the store changes; a store from a newer ssilbench is refused.
-SCHEMA_VERSION = 1
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id       TEXT PRIMARY KEY,
-    spec         TEXT NOT NULL,
-    method       TEXT NOT NULL,
-    method_label TEXT NOT NULL,
-    env          TEXT NOT NULL,
-    env_label    TEXT NOT NULL,
-    budget       TEXT NOT NULL,
-    seed         INTEGER NOT NULL,
-    status       TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
-    attempts     INTEGER NOT NULL DEFAULT 0,
-    started_at   REAL,
-    finished_at  REAL,
-    wall_time    REAL,
-    n_labeled    INTEGER,
-    score        REAL,
-    final_score  REAL,
-    max_score    REAL,
-    report       TEXT,
-    normaliser   TEXT,
-    timeline     TEXT,
-    metrics      TEXT,
-    stages       TEXT,
-    versions     TEXT,
-    device       TEXT,
-    host         TEXT,
-    pid          INTEGER,
-    error        TEXT
-);
-CREATE INDEX IF NOT EXISTS runs_by_env ON runs (env_label, method_label, budget);
-"""
-
-STATUSES = ("running", "done", "failed", "interrupted")
-JSON_COLUMNS = ("spec", "normaliser", "timeline", "metrics", "stages", "versions")
-COLUMNS = ("run_id", "spec", "method", "method_label", "env", "env_label", "budget", "seed",
-           "status", "attempts", "started_at", "finished_at", "wall_time", "n_labeled", "score",
-           "final_score", "max_score", "report", "normaliser", "timeline", "metrics", "stages",
-           "versions", "device", "host", "pid", "error")  # fmt: skip
+__all__ = ["COLUMNS", "DB_NAME", "JSON_COLUMNS", "SCHEMA_VERSION", "STATUSES", "ResultsStore",
+           "RunOutcome", "RunRecord", "ensure_writable", "is_stale", "process_alive",
+           "read_statuses"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -197,47 +167,46 @@ def ensure_writable(directory: Path) -> Path:
 
 def read_statuses(directory: Path) -> dict[str, str]:
     """Run id -> status of the store in ``directory``, read without writing anything (no
-    store there: none)."""
+    store there, or an empty file that a sweep would make a store of: none)."""
     path = Path(directory).expanduser() / DB_NAME
-    if not path.is_file():
+    if not path.is_file() or path.stat().st_size == 0:
         return {}
+    db = open_read_only(path)
     try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-        try:
-            return dict(db.execute("SELECT run_id, status FROM runs").fetchall())
-        finally:
-            db.close()
+        return {run_id: status for run_id, status in db.execute("SELECT run_id, status FROM runs")}
     except sqlite3.DatabaseError as exc:
-        raise ResultsStoreError(
-            f"Cannot read the results store {path}: {exc}. Is it an ssilbench results "
-            "directory? Pass another with --results DIR."
-        ) from None
+        raise ResultsStoreError(f"Cannot read the results store {path}: {exc}.") from None
+    finally:
+        db.close()
 
 
 class ResultsStore:
     """Access to ``DIR/results.sqlite``. Use as a context manager or call :meth:`close`."""
 
-    def __init__(self, directory: Path, create: bool = True) -> None:
+    def __init__(self, directory: Path, create: bool = True, read_only: bool = False) -> None:
+        """Open (``create``: make) the store in ``directory`` for writing; ``read_only``
+        (see :meth:`open_read_only`) opens an existing one without writing a byte. A file
+        that is not an ssilbench store is refused before anything is written to it."""
         self.directory = Path(directory).expanduser()
         self.path = self.directory / DB_NAME
-        if create:
+        self.read_only = read_only
+        if create and not read_only:
             ensure_writable(self.directory)
         elif not self.path.is_file():
             raise ResultsStoreError(
                 f"No results store at {self.path}. Run a sweep first (ssilbench run ...) or pass "
                 "the directory it used with --results DIR."
             )
+        if read_only:
+            self.db = open_read_only(self.path)
+            self.db.row_factory = sqlite3.Row
+            return
+        if self.path.is_file():
+            check_store(self.path)  # a foreign file is refused untouched
         try:
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self.db.row_factory = sqlite3.Row
             found = self.db.execute("PRAGMA user_version").fetchone()[0]
-            if found > SCHEMA_VERSION:
-                self.db.close()
-                raise ResultsStoreError(
-                    f"The results store {self.path} was written by a newer ssilbench (store "
-                    f"format {found}; this one reads up to {SCHEMA_VERSION}). Upgrade ssilbench, "
-                    "or pass another directory with --results DIR."
-                )
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
@@ -248,6 +217,13 @@ class ResultsStore:
                 f"Cannot open the results store {self.path}: {exc}. Is it an ssilbench results "
                 "directory? Pass another with --results DIR."
             ) from None
+
+    @classmethod
+    def open_read_only(cls, directory: Path) -> ResultsStore:
+        """The existing store in ``directory``, for reading only: no journal mode set, no
+        schema created, no file created or changed (a store in a read-only directory reads).
+        What every command that only reads the store uses."""
+        return cls(directory, create=False, read_only=True)
 
     def __enter__(self) -> ResultsStore:
         return self
@@ -424,7 +400,13 @@ class ResultsStore:
         values = dict(zip(COLUMNS, row, strict=True))
         for key in JSON_COLUMNS:
             if values[key]:
-                values[key] = json.loads(values[key])
+                try:
+                    values[key] = json.loads(values[key])
+                except (TypeError, ValueError, RecursionError):
+                    raise ResultsStoreError(
+                        f"Run {str(values['run_id'])[:12]} in {self.path}: its column '{key}' "
+                        "is not JSON (edited by hand?). Delete or repair that row."
+                    ) from None
         try:
             return RunRecord.from_row(values)
         except ValidationError:
