@@ -20,6 +20,11 @@ the core module that defines it on first access, so this module stays light):
 - ``partial_path(root)``: where a store is written before it is complete;
 - ``random_store(spec, root)``: a small store of random frames and actions of a task's
   shape, for testing a method or an architecture on a task without its data;
+- ``run_records(results)``: the runs a results folder records, as dicts of their columns
+  (after ``ssilbench run`` in a subprocess, say); ``usage_error(result)``: the one-line
+  message of a command that refused its input (exit code 2, no traceback);
+- ``imported_after(statement, modules)``: which of ``modules`` a fresh interpreter has
+  imported once it ran ``statement`` (loading a task imports no simulator, no torch);
 - ``Stacked(nets, context=None)``: copies of a module run as one, through the module's
   ``stacked_forward`` fast path when given its ``stacked_encode`` context, else ``vmap``
   (test an architecture's fast path against the plain one).
@@ -27,7 +32,11 @@ the core module that defines it on first access, so this module stays light):
 
 from __future__ import annotations
 
+import ast
 import importlib
+import subprocess
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +78,9 @@ __all__ = [
     "random_store",
     "rollout_returns",
     "run_episodes",
+    "imported_after",
+    "run_records",
+    "usage_error",
     "split",
 ]
 
@@ -294,3 +306,36 @@ def random_store(
         {"random_store": {"seed": seed}},
         extras=extras,
     )
+
+
+def run_records(results: Path) -> list[dict[str, Any]]:
+    """The runs recorded in the results folder ``results``, each a dict of its columns (JSON
+    columns such as ``metrics`` and ``stages`` as text), ordered by method label."""
+    import sqlite3
+
+    db = sqlite3.connect(Path(results) / "results.sqlite")
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY method_label")]
+    finally:
+        db.close()
+
+
+def usage_error(result: subprocess.CompletedProcess) -> str:
+    """The last line of standard error, ``error: MESSAGE``, of a command that refused its
+    input the way every user error is reported: exit code 2 and no traceback."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: "), result.stderr
+    return error
+
+
+def imported_after(statement: str, modules: Iterable[str]) -> list[str]:
+    """Which of ``modules`` a fresh interpreter has imported once it ran ``statement``
+    (sorted): loading a task must import neither a simulator nor torch, so that listing and
+    planning stay fast."""
+    watched = sorted(modules)
+    code = f"import sys\n{statement}\nprint(sorted(set({watched!r}) & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return ast.literal_eval(out.stdout.strip())

@@ -43,6 +43,12 @@ FAILING_PLUGIN = """
 """
 
 
+def _run(cli, *args: str, first: list[str]) -> subprocess.CompletedProcess:
+    """``ssilbench FIRST run ARGS`` into the fixture's results and data folders (``cli.run``
+    with options of the command line before ``run``: ``-p PLUGIN``, ``--debug``)."""
+    return cli(*first, "run", *args, "--results", str(cli.results), "--data-root", str(cli.data))
+
+
 def test_help_and_list_are_fast_paths(cli):
     result = cli("--help")
     assert result.returncode == 0
@@ -102,25 +108,9 @@ def test_parallel_workers_record_every_run_once(cli):
 
 def test_failed_run_is_recorded_and_sweep_continues(cli):
     cli.write_plugin("failing_plugin", FAILING_PLUGIN)
-    args = [
-        "-p",
-        "failing_plugin",
-        "run",
-        "--method",
-        "explode,bc",
-        "--env",
-        "maze:10x10",
-        "--budgets",
-        "16",
-        "--seeds",
-        "0",
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-        *TINY,
-    ]
-    result = cli(*args)
+    args = ["--method", "explode,bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0",
+            *TINY]  # fmt: skip
+    result = _run(cli, *args, first=["-p", "failing_plugin"])
     assert result.returncode == 1
     assert "the explode method always fails" in result.stderr
     db = sqlite3.connect(cli.results / "results.sqlite")
@@ -130,11 +120,11 @@ def test_failed_run_is_recorded_and_sweep_continues(cli):
     assert rows == {"explode": "failed", "bc": "done"}
     assert "Traceback" in error and "RuntimeError" in error
 
-    rerun = cli(*args)
+    rerun = _run(cli, *args, first=["-p", "failing_plugin"])
     assert rerun.returncode == 1
     assert "--retry-failed" in rerun.stderr and "0 run(s) done" in rerun.stderr
 
-    retried = cli(*args, "--retry-failed")
+    retried = _run(cli, *args, "--retry-failed", first=["-p", "failing_plugin"])
     assert retried.returncode == 1 and "1 failed" in retried.stderr
     db = sqlite3.connect(cli.results / "results.sqlite")
     attempts = db.execute("SELECT attempts FROM runs WHERE method = 'explode'").fetchone()[0]
@@ -281,20 +271,8 @@ def test_bad_inputs_exit_2_with_one_message_and_lose_nothing(cli, capsys):
 
 
 def test_debug_shows_the_traceback(cli):
-    result = cli(
-        "--debug",
-        "run",
-        "--method",
-        "vm_idn",
-        "--env",
-        "maze:10x10",
-        "--budgets",
-        "16",
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-    )
+    result = _run(cli, "--method", "vm_idn", "--env", "maze:10x10", "--budgets", "16",
+                  first=["--debug"])  # fmt: skip
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "UnknownNameError" in result.stderr
 
@@ -353,46 +331,17 @@ def test_plugin_that_raises_on_import_is_reported_and_others_work(cli):
     text = cli("-p", "broken_plugin", "list")
     assert "broken_plugin" in text.stdout and "quux" in text.stdout
 
-    works = cli(
-        "-p",
-        "broken_plugin",
-        "run",
-        *SWEEP,
-        *TINY,
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-    )
+    works = _run(cli, *SWEEP, *TINY, first=["-p", "broken_plugin"])
     assert works.returncode == 0, works.stderr
 
-    missing = cli(
-        "-p",
-        "broken_plugin",
-        "run",
-        *_with(SWEEP, ["--method", "quux_method"]),
-        *TINY,
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-    )
+    missing = _run(cli, *_with(SWEEP, ["--method", "quux_method"]), *TINY,
+                   first=["-p", "broken_plugin"])  # fmt: skip
     assert missing.returncode == 2
     assert "broken_plugin" in missing.stderr and "quux" in missing.stderr
 
 
 def test_plugin_blocking_and_autoload_switch(cli):
-    blocked = cli(
-        "-p",
-        "no:maze",
-        "run",
-        *SWEEP,
-        *TINY,
-        "--results",
-        str(cli.results),
-        "--data-root",
-        str(cli.data),
-    )
+    blocked = _run(cli, *SWEEP, *TINY, first=["-p", "no:maze"])
     assert blocked.returncode == 2 and "Unknown environment 'maze'" in blocked.stderr
 
     env = cli.env()

@@ -118,17 +118,14 @@ def test_p_module_plugin_is_loaded_under_its_module_name(plugin_module):
     assert set(BUILTIN_METHODS) <= set(plugins.methods.names())
 
 
-def test_extra_plugins_environment_variable(plugin_module, monkeypatch):
-    name = plugin_module("ssb_test_env_var_plugin", METHOD_PLUGIN)
-    monkeypatch.setenv(EXTRA_PLUGINS_ENV, f"{name},")
-    plugins = load_plugins()
-    assert plugins.broken == []
-    assert plugins.methods.entry("my_method").origin.plugin == name
-
-
-def test_extra_plugins_environment_variable_allows_spaces(plugin_module, monkeypatch):
-    name = plugin_module("ssb_test_env_var_spaces", METHOD_PLUGIN)
-    monkeypatch.setenv(EXTRA_PLUGINS_ENV, f"maze, {name}")
+@pytest.mark.parametrize(
+    "module, listed",
+    [("ssb_test_env_var_plugin", "{name},"), ("ssb_test_env_var_spaces", "maze, {name}")],
+    ids=["trailing-comma", "spaces"],
+)
+def test_extra_plugins_environment_variable(plugin_module, monkeypatch, module, listed):
+    name = plugin_module(module, METHOD_PLUGIN)
+    monkeypatch.setenv(EXTRA_PLUGINS_ENV, listed.format(name=name))
     plugins = load_plugins()
     assert plugins.broken == []
     assert plugins.methods.entry("my_method").origin.plugin == name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 import pytest
 
@@ -12,6 +13,13 @@ from ssilbench.registry import BoundRegistry, BrokenPlugin, Origin, Registry, sp
 
 ACME = Origin("acme", "acme-ssil", "1.2.3")
 OTHER = Origin("other", "other-dist", "0.9")
+
+
+def raised(error: type[Exception], call: Callable[[], object]) -> str:
+    """The message of the ``error`` that ``call()`` raises."""
+    with pytest.raises(error) as info:
+        call()
+    return str(info.value)
 
 
 def make_registry(*names: str, base: type = dict) -> Registry:
@@ -35,9 +43,7 @@ def test_adding_an_entry_does_not_import_it():
 def test_load_of_a_missing_module_names_the_plugin_and_distribution():
     reg = Registry("method", dict)
     reg.add("ghost", "acme_ssil_does_not_exist.methods:Ghost", "lazy", ACME)
-    with pytest.raises(PluginError) as info:
-        reg.load("ghost")
-    message = str(info.value)
+    message = raised(PluginError, lambda: reg.load("ghost"))
     assert "plugin 'acme'" in message
     assert "acme-ssil" in message and "1.2.3" in message
     assert "ghost" in message
@@ -92,9 +98,7 @@ def test_load_is_cached(monkeypatch):
 def test_load_checks_the_base_class(target):
     reg = Registry("method", dict)
     reg.add("wrong", target, "", ACME)
-    with pytest.raises(PluginError) as info:
-        reg.load("wrong")
-    message = str(info.value)
+    message = raised(PluginError, lambda: reg.load("wrong"))
     assert "not a subclass of dict" in message
     assert "plugin 'acme'" in message
     assert "wrong" not in reg._loaded
@@ -103,9 +107,7 @@ def test_load_checks_the_base_class(target):
 def test_collision_between_two_plugins_names_both():
     reg = Registry("method", dict)
     reg.add("bc", "collections:OrderedDict", "first", ACME)
-    with pytest.raises(PluginError) as info:
-        reg.add("bc", "collections:defaultdict", "second", OTHER)
-    message = str(info.value)
+    message = raised(PluginError, lambda: reg.add("bc", "collections:defaultdict", "second", OTHER))
     assert "'bc'" in message
     assert "plugin 'acme'" in message and "plugin 'other'" in message
     assert "no:" in message  # tells the user how to block one
@@ -146,9 +148,7 @@ def test_targets_with_an_empty_part_are_rejected(target):
 
 def test_unknown_name_suggests_the_closest_and_lists_all():
     reg = make_registry("bc", "idm_labeling", "vm_idm")
-    with pytest.raises(UnknownNameError) as info:
-        reg.entry("vm_idn")
-    message = str(info.value)
+    message = raised(UnknownNameError, lambda: reg.entry("vm_idn"))
     assert "Unknown method 'vm_idn'" in message
     assert "Did you mean 'vm_idm'?" in message
     assert "Available: bc, idm_labeling, vm_idm." in message
@@ -162,10 +162,9 @@ def test_load_of_an_unknown_name_is_an_unknown_name_error():
 
 def test_unknown_name_without_close_match_has_no_suggestion():
     reg = make_registry("bc", "vm_idm")
-    with pytest.raises(UnknownNameError) as info:
-        reg.entry("zzzzzzzz")
-    assert "Did you mean" not in str(info.value)
-    assert "Available: bc, vm_idm." in str(info.value)
+    message = raised(UnknownNameError, lambda: reg.entry("zzzzzzzz"))
+    assert "Did you mean" not in message
+    assert "Available: bc, vm_idm." in message
 
 
 def test_unknown_name_in_an_empty_registry():
@@ -177,9 +176,7 @@ def test_unknown_name_in_an_empty_registry():
 def test_unknown_name_mentions_broken_plugins():
     reg = make_registry("maze")
     reg.broken = [BrokenPlugin(Origin("procgen", "ssilbench-procgen", "0.3"), "ImportError: gym3")]
-    with pytest.raises(UnknownNameError) as info:
-        reg.entry("coinrun")
-    message = str(info.value)
+    message = raised(UnknownNameError, lambda: reg.entry("coinrun"))
     assert "failed to load" in message
     assert "plugin 'procgen'" in message and "ssilbench-procgen" in message
     assert "ImportError: gym3" in message
@@ -187,9 +184,8 @@ def test_unknown_name_mentions_broken_plugins():
 
 def test_unknown_name_without_broken_plugins_does_not_mention_them():
     reg = make_registry("maze")
-    with pytest.raises(UnknownNameError) as info:
-        reg.entry("coinrun")
-    assert "failed to load" not in str(info.value)
+    message = raised(UnknownNameError, lambda: reg.entry("coinrun"))
+    assert "failed to load" not in message
 
 
 def test_bound_registry_records_its_origin():

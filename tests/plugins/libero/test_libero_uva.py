@@ -4,10 +4,10 @@ layout and imported, UVA (looked up by name) trained, and rollouts in the real s
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 
+from ssilbench.testing import run_records
 from ssilbench_libero.sim import libero_available
 from ssilbench_libero.tasks import TASKS
 
@@ -19,15 +19,6 @@ TINY = {
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip
 ARCH = ["-c", "arch_options=" + json.dumps(TINY)]
-
-
-def _records(results) -> list[dict]:
-    db = sqlite3.connect(results / "results.sqlite")
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY method_label")]
-    finally:
-        db.close()
 
 
 @pytest.mark.slow
@@ -44,23 +35,8 @@ def test_uva_runs_a_libero10_task_end_to_end(cli):
                      "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10", *ARCH,
                      timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr
-    [record] = _records(cli.results)
+    [record] = run_records(cli.results)
     assert record["status"] == "done", record["error"]
     metrics = json.loads(record["metrics"])
     assert metrics["labeled_demonstrations"] == 2
     assert metrics["success_rate"] in (0.0, 0.5, 1.0)  # two smoke episodes in the real scene
-
-
-@pytest.mark.slow
-def test_a_missing_simulator_is_one_message_and_exit_2(pusht_data):
-    """Without gym-pusht (blocked here at interpreter start) the planner refuses the sweep
-    before any run is recorded, saying what to install."""
-    cli = pusht_data
-    cli.write_plugin("sitecustomize", "import sys\nsys.modules['gym_pusht'] = None\n")
-    result = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2")
-    assert result.returncode == 2, result.stderr
-    assert "pip install 'ssilbench[pusht]'" in result.stderr
-    assert not (cli.results / "results.sqlite").exists() or _records(cli.results) == []
-    offline = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2",
-                      "--no-rollouts", *ARCH)  # fmt: skip
-    assert offline.returncode == 0, offline.stderr  # training alone needs no simulator

@@ -3,14 +3,11 @@ seeding, autoreset, success, score) and its agreement with gym-pusht itself."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
 from ssilbench.api import UnknownNameError
-from ssilbench.testing import load_plugins
+from ssilbench.testing import imported_after, load_plugins
 from ssilbench_pusht.environment import MAX_EPISODE_STEPS, PushTEnvironment, PushTOptions
 from ssilbench_pusht.vec_env import pusht_available
 
@@ -30,13 +27,8 @@ def test_registered_with_one_task_and_light_imports():
     # One task: '--env pusht', the bare family, expands to every task, i.e. 'pusht:pusht'.
     assert environment.tasks() == ["pusht"]
     # Loading a task must not import the simulator, zarr or torch (listing stays fast).
-    code = (
-        "import sys; from ssilbench_pusht.environment import PushTEnvironment as E; "
-        "E().load('pusht'); print(sorted({'gym_pusht', 'pygame', 'pymunk', 'zarr', 'torch'} "
-        "& set(sys.modules)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    load = "from ssilbench_pusht.environment import PushTEnvironment as E; E().load('pusht')"
+    assert imported_after(load, ["gym_pusht", "pygame", "pymunk", "zarr", "torch"]) == []
 
 
 def test_spec():

@@ -5,10 +5,11 @@ name, as a user would) and real rollouts."""
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 import torch
+
+from ssilbench.testing import run_records
 
 pytest.importorskip(
     "gym_pusht", reason="gym-pusht is not installed: pip install 'ssilbench[pusht]'"
@@ -20,15 +21,6 @@ TINY = {
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip
 ARCH = ["-c", "arch_options=" + json.dumps(TINY)]
-
-
-def _records(results) -> list[dict]:
-    db = sqlite3.connect(results / "results.sqlite")
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in db.execute("SELECT * FROM runs ORDER BY method_label")]
-    finally:
-        db.close()
 
 
 @pytest.fixture
@@ -50,7 +42,7 @@ def test_every_method_on_uva_runs_pusht_end_to_end(pusht_data):
     assert result.returncode == 0, result.stderr
     # The autoencoder and the video pretraining are trained once and shared.
     assert result.stdout.count("(reused)") + result.stderr.count("(reused)") >= 3
-    records = _records(cli.results)
+    records = run_records(cli.results)
     assert [r["method"] for r in records] == ["bc", "idm_labeling", "uva", "vm_idm"]
     for r in records:
         assert r["status"] == "done", r["error"]
@@ -73,7 +65,7 @@ def test_uva_vm_idm_sampling_path_reuses_the_trained_network(pusht_data):
         result = cli.run("--method", "uva", "--env", "pusht", *short, *ARCH,
                          "-c", f"sampling={path}")  # fmt: skip
         assert result.returncode == 0, result.stderr
-    records = _records(cli.results)
+    records = run_records(cli.results)
     assert len(records) == 2
     stages = [json.loads(r["stages"])["multitask"] for r in records]
     assert sum("reused" in s for s in stages) == 1  # the second path trained nothing new
@@ -102,7 +94,22 @@ def test_bad_uva_options_exit_2_before_anything_runs(pusht_data, tmp_path):
     sizes = cli.run("--method", "uva", "--env", "pusht", *short, "-c", "arch_options=" + odd)
     assert sizes.returncode == 2
     assert "not divisible" in sizes.stderr
-    assert not (cli.results / "results.sqlite").exists() or _records(cli.results) == []
+    assert not (cli.results / "results.sqlite").exists() or run_records(cli.results) == []
     wrong = cli.run("--method", "bc", "--env", "pusht", *short, "-c", "arch=mlp5")
     assert wrong.returncode == 2
     assert "continuous" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_a_missing_simulator_is_one_message_and_exit_2(pusht_data):
+    """Without gym-pusht (blocked here at interpreter start) the planner refuses the sweep
+    before any run is recorded, saying what to install."""
+    cli = pusht_data
+    cli.write_plugin("sitecustomize", "import sys\nsys.modules['gym_pusht'] = None\n")
+    result = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2")
+    assert result.returncode == 2, result.stderr
+    assert "pip install 'ssilbench[pusht]'" in result.stderr
+    assert not (cli.results / "results.sqlite").exists() or run_records(cli.results) == []
+    offline = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--steps", "2",
+                      "--no-rollouts", *ARCH)  # fmt: skip
+    assert offline.returncode == 0, offline.stderr  # training alone needs no simulator
