@@ -7,7 +7,12 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.app import State
-from ssilbench.cli.options import data_root_option, device_option, env_options_option
+from ssilbench.cli.options import (
+    count_option,
+    data_root_option,
+    device_option,
+    env_options_option,
+)
 from ssilbench.cli.tasks import configured_task, environment_options, expand_envs, parse_options
 from ssilbench.errors import UsageError
 from ssilbench.runner.run_options import comma_list
@@ -109,15 +114,14 @@ def data_import(state: State, family: str, source: str, tasks, options, data_roo
     type=click.Path(dir_okay=False),
     help="Checkpoint of the policy to roll out (from 'ssilbench expert train').",
 )
-@click.option("--frames", required=True, type=click.IntRange(min=2), help="Frames to store.")
-@click.option(
+@count_option("--frames", minimum=2, required=True, help="Frames to store.")
+@count_option(
     "--test-frames",
-    type=click.IntRange(min=0),
+    minimum=0,
     default=0,
-    show_default=True,
     help="Frames of other episodes stored as the test split (offline diagnostics).",
 )
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@count_option("--seed", minimum=0, default=0)
 @env_options_option("Environment option, e.g. -o dataset=NAME.")
 @data_root_option
 @click.option("--replace", is_flag=True, help="Overwrite a dataset of the same name.")

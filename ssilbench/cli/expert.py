@@ -7,7 +7,13 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.app import State
-from ssilbench.cli.options import data_root_option, device_option, env_options_option
+from ssilbench.cli.options import (
+    config_option,
+    count_option,
+    data_root_option,
+    device_option,
+    env_options_option,
+)
 from ssilbench.cli.tasks import configured_task
 from ssilbench.errors import UsageError
 
@@ -19,27 +25,15 @@ def expert() -> None:
 
 @expert.command("train")
 @click.argument("env_id")
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Environment steps in total [default: the expert config's].",
-)
+@count_option("--steps", help="Environment steps in total [default: the expert config's].")
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Checkpoint file; an existing one is resumed "
               "[default: DATA_ROOT/experts/FAMILY/TASK.pt].")  # fmt: skip
-@click.option(
-    "-c",
-    "--config",
-    "config",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Expert setting, e.g. -c scale=1 -c num_envs=16.",
-)
+@config_option("Expert setting, e.g. -c scale=1 -c num_envs=16.")
 @env_options_option()
 @data_root_option
 @device_option()
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch threads.")
+@count_option("--threads", help="Torch threads.")
 @click.pass_obj
 def expert_train(state: State, env_id: str, steps, out, config, options, data_root: str,
                  device: str, threads) -> None:  # fmt: skip

@@ -2,7 +2,8 @@
 
 ``SSILBENCH_RESULTS`` and ``SSILBENCH_DATA`` set the defaults of ``--results`` and
 ``--data-root``. Options whose help differs between commands (``--sweep``, ``--quick``,
-``--device``, ``-o``) are made by a function that takes what differs.
+``--device``, ``-o``, ``-c``) are made by a function that takes what differs, as are the
+whole-number options (``--workers``, ``--frames``, ...).
 """
 
 from __future__ import annotations
@@ -50,3 +51,18 @@ def device_option(default: str = "auto") -> Callable[[F], F]:
     """``--device``: where torch computes."""
     return click.option("--device", default=default, show_default=True,
                         help="auto, cpu, cuda or cuda:N.")  # fmt: skip
+
+
+def config_option(help: str) -> Callable[[F], F]:
+    """``-c KEY=VALUE``, repeatable: settings of what the command trains (``config``)."""
+    return click.option("-c", "--config", "config", multiple=True, metavar="KEY=VALUE",
+                        help=help)  # fmt: skip
+
+
+def count_option(
+    *decls: str, minimum: int = 1, default: int | None = None, **more: Any
+) -> Callable[[F], F]:
+    """A whole-number option of at least ``minimum``; its default, where it has one, is shown
+    in the help."""
+    return click.option(*decls, type=click.IntRange(min=minimum), default=default,
+                        show_default=default is not None, **more)  # fmt: skip

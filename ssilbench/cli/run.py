@@ -10,6 +10,8 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import (
+    config_option,
+    count_option,
     data_root_option,
     device_option,
     env_options_option,
@@ -41,13 +43,8 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
     "--budgets", default=None, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
 )
 @click.option("--seeds", default=None, help="Comma-separated integer seeds [default: 0].")
-@click.option(
-    "-c",
-    "--config",
-    "config",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Method config value (all methods that have KEY); 'METHOD.KEY=VALUE' for one method.",
+@config_option(
+    "Method config value (all methods that have KEY); 'METHOD.KEY=VALUE' for one method."
 )
 @env_options_option("Environment option, e.g. -o state=image. See docs/environments/.")
 @click.option(
@@ -67,28 +64,18 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @data_root_option
 @device_option()
 @click.option("--retry-failed", is_flag=True, help="Run again the runs that failed before.")
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    help="Runs in parallel (processes with one torch thread each).",
+@count_option(
+    "--workers", default=1, help="Runs in parallel (processes with one torch thread each)."
 )
-@click.option(
-    "--eval-every",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Evaluate every N steps of a policy stage (default: the environment's).",
+@count_option(
+    "--eval-every", help="Evaluate every N steps of a policy stage (default: the environment's)."
 )
 @click.option("--stop-early", is_flag=True, help="Stop stages once training has converged.")
 @click.option(
     "--no-rollouts", is_flag=True, help="Evaluate on the test set only (no rollouts, no score)."
 )
-@click.option(
-    "--threads",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Torch intra-op threads (1 is fastest for tiny models on a busy machine).",
+@count_option(
+    "--threads", help="Torch intra-op threads (1 is fastest for tiny models on a busy machine)."
 )
 @click.option(
     "--stack/--no-stack",
@@ -104,10 +91,8 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
     help="Reuse trained stages whose inputs are identical to an earlier run's (kept in "
     "RESULTS/cache; see 'ssilbench cache').",
 )
-@click.option(
+@count_option(
     "--checkpoint-every",
-    type=click.IntRange(min=1),
-    default=None,
     help="Save each run's training state every N steps (RESULTS/checkpoints) so that a "
     "killed run resumes where it was; runs then train one at a time.",
 )
@@ -124,10 +109,8 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.option("--gpus-per-run", type=click.FloatRange(min=0), default=None,
               help="Ray/SLURM: GPUs requested per run [default: 0].")  # fmt: skip
 @click.option("--slurm-partition", default=None, help="SLURM partition.")
-@click.option("--slurm-time", type=click.IntRange(min=1), default=None,
-              help="SLURM time limit per job, minutes [default: 60].")  # fmt: skip
-@click.option("--slurm-parallelism", type=click.IntRange(min=1), default=None,
-              help="SLURM: jobs of the array running at once [default: 64].")  # fmt: skip
+@count_option("--slurm-time", help="SLURM time limit per job, minutes [default: 60].")
+@count_option("--slurm-parallelism", help="SLURM: jobs of the array running at once [default: 64].")
 @click.option("--slurm-cluster", type=click.Choice(["local", "debug"]), default=None,
               help="Run the SLURM path with submitit's local or in-process executor "
               "(testing a sweep before sending it to a cluster).")  # fmt: skip
