@@ -27,7 +27,8 @@ the core module that defines it on first access, so this module stays light):
   imported once it ran ``statement`` (loading a task imports no simulator, no torch);
 - ``Stacked(nets, context=None)``: copies of a module run as one, through the module's
   ``stacked_forward`` fast path when given its ``stacked_encode`` context, else ``vmap``
-  (test an architecture's fast path against the plain one).
+  (test an architecture's fast path against the plain one, with
+  ``check_stacked_paths(fast, plain, fast_inputs, plain_inputs, targets)``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ __all__ = [
     "TestSetScorer",
     "build_plan",
     "check_dataset",
+    "check_stacked_paths",
     "check_stages",
     "check_task",
     "check_vector_env",
@@ -339,3 +341,19 @@ def imported_after(statement: str, modules: Iterable[str]) -> list[str]:
     code = f"import sys\n{statement}\nprint(sorted(set({watched!r}) & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return ast.literal_eval(out.stdout.strip())
+
+
+def check_stacked_paths(fast, plain, fast_inputs, plain_inputs, targets) -> None:
+    """Two ``Stacked`` copies of the same networks, one on the fast path (``fast_inputs``:
+    rows of its ``stacked_encode`` context) and one plain (``plain_inputs``), give the same
+    outputs and the same gradients of the cross-entropy to ``targets`` (runs, batch)."""
+    import torch
+    import torch.nn.functional as F
+
+    out_fast, out_plain = fast(fast_inputs), plain(plain_inputs)
+    assert torch.allclose(out_fast, out_plain, atol=1e-12)
+    for out in (out_fast, out_plain):
+        F.cross_entropy(out.flatten(0, 1), targets.flatten()).backward()
+    for a, b in zip(fast.parameters(), plain.parameters(), strict=True):
+        assert a.grad.abs().sum() > 0
+        assert torch.allclose(a.grad, b.grad, atol=1e-12)

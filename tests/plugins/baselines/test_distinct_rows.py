@@ -6,7 +6,7 @@ import torch
 
 from ssilbench.api import Stage, StagePlan, StoppingRule
 from ssilbench.kit import fit_classifier, fit_classifiers
-from ssilbench.testing import Stacked
+from ssilbench.testing import Stacked, check_stacked_paths
 from ssilbench_baselines.architectures import MLP5, LinearClassifier
 
 
@@ -47,13 +47,7 @@ def test_fast_path_gives_the_vmap_outputs_and_gradients():
         targets = torch.stack([_grid_rows(64, r)[1] for r in range(3)])
         rows, table = _nets(arch, 1)[0].stacked_encode(inputs, batch=64)
         fast, plain = Stacked(_nets(arch, 3), table), Stacked(_nets(arch, 3))
-        out_fast, out_plain = fast(torch.stack(rows)), plain(torch.stack(inputs))
-        assert torch.allclose(out_fast, out_plain, atol=1e-12)
-        for out in (out_fast, out_plain):
-            torch.nn.functional.cross_entropy(out.flatten(0, 1), targets.flatten()).backward()
-        for a, b in zip(fast.parameters(), plain.parameters(), strict=True):
-            assert a.grad.abs().sum() > 0
-            assert torch.allclose(a.grad, b.grad, atol=1e-12)
+        check_stacked_paths(fast, plain, torch.stack(rows), torch.stack(inputs), targets)
 
 
 def test_stacked_mlp_training_over_repeated_rows_matches_runs_trained_alone():

@@ -103,22 +103,31 @@ def test_equal_seeds_give_equal_episodes(game):
     assert first[0].shape == (2, 3, 64, 64) and first[0].dtype == np.uint8
 
 
-@needs_procgen
-def test_evaluation_runs_every_episode_to_its_end():
-    """Sub-environments reset themselves; each one's first episode counts, whole."""
+def _uniform():
+    """A policy that picks each of the 15 actions with equal probability (torch is imported
+    only by the tests that roll out)."""
     import torch
 
     from ssilbench.api import Policy
-    from ssilbench.testing import rollout_returns
 
     class Uniform(Policy):
         def probs(self, obs):
             return torch.full((len(obs), 15), 1 / 15)
 
+    return Uniform()
+
+
+@needs_procgen
+def test_evaluation_runs_every_episode_to_its_end():
+    """Sub-environments reset themselves; each one's first episode counts, whole."""
+    import torch
+
+    from ssilbench.testing import rollout_returns
+
     task = ProcgenEnvironment().load("starpilot", ProcgenOptions())
     venv = task.make_vec_env(4, seed=9)
     try:
-        returns = rollout_returns(venv, Uniform(), task.spec, 9, torch.device("cpu"),
+        returns = rollout_returns(venv, _uniform(), task.spec, 9, torch.device("cpu"),
                                   torch.Generator().manual_seed(0))  # fmt: skip
         # Replay the same actions by hand and sum each env's rewards up to its first end;
         # actions are sampled for the envs still playing only (finished ones repeat theirs).
@@ -168,18 +177,13 @@ def test_a_reset_restores_the_seed_instead_of_rebuilding():
 def test_the_evaluator_builds_procgen_once_per_run():
     import torch
 
-    from ssilbench.api import Policy
     from ssilbench.testing import Evaluator
-
-    class Uniform(Policy):
-        def probs(self, obs):
-            return torch.full((len(obs), 15), 1 / 15)
 
     task = ProcgenEnvironment().load("bigfish", ProcgenOptions())
     task.spec = task.spec.model_copy(update={"eval_episodes": 4})
     evaluator = Evaluator(task, torch.device("cpu"))
     try:
-        results = [evaluator(Uniform()) for _ in range(3)]
+        results = [evaluator(_uniform()) for _ in range(3)]
         assert evaluator.venv.builds == 1
     finally:
         evaluator.close()
