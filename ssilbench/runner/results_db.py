@@ -3,6 +3,10 @@
 A run is marked ``running`` when it starts and becomes ``done`` or ``failed`` in one
 transaction when it ends, so a killed sweep leaves finished runs intact and unfinished ones
 visibly ``running``; the next sweep marks those ``interrupted`` and runs them again.
+
+Commands that only read open it with :meth:`ResultsStore.open_read_only`, which changes no
+file; the schema, and the checks that a file is an ssilbench store, are in
+:mod:`ssilbench.runner.store_file`.
 """
 
 from __future__ import annotations
