@@ -159,13 +159,13 @@ class RunInputs:
         return RunContext(
             config=method.config,
             spec=task.spec,
+            architectures=plugins.architectures.create,
             labeled=self.labeled,
             unlabeled=self.unlabeled,
             video_model=self.video_model,
             device=device,
             seed=seed,
             plan=plan,
-            architectures=plugins.architectures.create,
             evaluate=plan.evaluate,
             **more,
         )
