@@ -33,7 +33,7 @@ class BC(common.BaselineMethod):
         return [Stage("policy", total_steps, policy=True, data="labeled")]
 
     def _policy(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        [net] = common.networks(ctx, arch, False)
+        [net] = common.networks(ctx, arch, "obs")
         return ClassifierPolicy(net)
 
     def _fit_unified(self, ctx: RunContext):

@@ -5,7 +5,7 @@ the stages they fit (their configs' shared fields are in ``ssilbench_baselines.c
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ssilbench.api import Architecture, Method, Policy, RunContext
 from ssilbench.kit import (
@@ -25,15 +25,20 @@ if TYPE_CHECKING:
     from ssilbench.api import LabeledView, UnlabeledView
 
 
-def networks(ctx: RunContext, arch: Architecture, *paired: bool) -> list[nn.Module]:
-    """Networks from ``arch`` with one output per action, on observations or, where
-    ``paired``, on (s, s') pairs (an IDM), without the goal features where the config's
-    ``use_goal`` says so: built in this order under the run's seed, on its device, in the
-    architecture's speed."""
+InputKind = Literal["obs", "pair"]
+"""What a network reads: a state (a policy) or a transition's (s, s') stacked (an IDM)."""
+
+
+def networks(ctx: RunContext, arch: Architecture, *inputs: InputKind) -> list[nn.Module]:
+    """Networks from ``arch`` with one output per action, one for each of ``inputs``: on
+    observations (``"obs"``: a policy) or on (s, s') pairs (``"pair"``: an IDM), without the
+    goal features where the config's ``use_goal`` says so. Built in this order under the
+    run's seed, on its device, in the architecture's speed."""
     spec, use_goal = ctx.spec, ctx.config.use_goal
     with ctx.seeded():
         nets = [
-            build_net(arch, spec, spec.num_actions, paired=p, use_goal=use_goal) for p in paired
+            build_net(arch, spec, spec.num_actions, paired=kind == "pair", use_goal=use_goal)
+            for kind in inputs
         ]
     speed = speed_of(arch, ctx.device)
     return [speed.module(net.to(ctx.device)) for net in nets]
@@ -94,7 +99,7 @@ def fit_labeled(
     ctx: RunContext,
     arch: Architecture,
     net: nn.Module,
-    kind: str,
+    kind: InputKind,
     stage: str,
     policy: Policy | None = None,
 ) -> None:
@@ -108,7 +113,7 @@ def fit_labeled_stacked(
     ctxs: list[RunContext],
     arch: Architecture,
     nets: list[nn.Module],
-    kind: str,
+    kind: InputKind,
     stage: str,
     policies: list[Policy] | None = None,
 ) -> None:

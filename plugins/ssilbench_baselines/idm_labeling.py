@@ -60,7 +60,7 @@ class IDMLabeling(common.BaselineMethod):
 
     def _networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
         """The policy network with its (untrained) IDM, both seeded from the run."""
-        idm, net = common.networks(ctx, arch, True, False)
+        idm, net = common.networks(ctx, arch, "pair", "obs")
         return ClassifierPolicy(net, idm=idm)
 
     def _labels(self, ctx: RunContext, policy: ClassifierPolicy) -> tuple[FrameInputs, RowSource]:

@@ -104,7 +104,7 @@ class VMIDM(common.BaselineMethod):
 
     def _policy(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
         video_model = self._video_model(ctx)  # learned first, where it is learned
-        [idm] = common.networks(ctx, arch, True)
+        [idm] = common.networks(ctx, arch, "pair")
         return VMIDMPolicy(idm, video_model)
 
     def _fit_unified(self, ctx: RunContext):
