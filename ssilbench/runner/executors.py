@@ -37,6 +37,9 @@ class RayExecutor:
     cpus_per_run: float = 1.0
     gpus_per_run: float = 0.0
 
+    def __post_init__(self) -> None:
+        _import("ray")  # before the sweep claims any run
+
     def describe(self) -> str:
         return f"Ray ({self.address or 'local'})"
 
@@ -83,17 +86,17 @@ class SlurmExecutor:
     parallelism: int = 64
     cluster: str | None = None  # None: SLURM; "local" or "debug": submitit's test executors
 
+    def __post_init__(self) -> None:
+        _import("submitit")  # both checks before the sweep claims any run
+        _check_sbatch(self.cluster)
+
     def describe(self) -> str:
         where = self.cluster or f"SLURM{f' ({self.partition})' if self.partition else ''}"
         return f"{where}, at most {self.parallelism} at once"
 
     def run(self, units: list[Unit], setup: PoolSetup) -> Iterator[WorkerResult]:
         submitit = _import("submitit")
-        if self.cluster is None and shutil.which("sbatch") is None:
-            raise UsageError(
-                "--executor slurm: no SLURM on this machine (sbatch not found). Run from a "
-                "SLURM login node, or try the sweep with --slurm-cluster local."
-            )
+        _check_sbatch(self.cluster)
         executor = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
         params = {"timeout_min": self.time_min, "cpus_per_task": self.cpus_per_run}
         if self.cluster is None:
@@ -126,6 +129,14 @@ class _Job:
         return submitit.helpers.DelayedSubmission(self, setup, unit)
 
 
+def _check_sbatch(cluster: str | None) -> None:
+    if cluster is None and shutil.which("sbatch") is None:
+        raise UsageError(
+            "--executor slurm: no SLURM on this machine (sbatch not found). Run from a "
+            "SLURM login node, or try the sweep with --slurm-cluster local."
+        )
+
+
 def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
     """Fail fast on a HOST:PORT nobody answers on (Ray itself would retry for minutes)."""
     if not address or address == "auto" or "://" in address or ":" not in address:
@@ -145,9 +156,12 @@ def _check_reachable(address: str | None, timeout: float = 5.0) -> None:
 
 def _import(name: str):
     try:
-        return __import__(name)
+        module = __import__(name)
     except ImportError:
-        raise UsageError(f"--executor needs the package '{name}': {INSTALL}.") from None
+        module = None
+    if module is None:  # an import that fails, or sys.modules[name] = None
+        raise UsageError(f"--executor needs the package '{name}': {INSTALL}.")
+    return module
 
 
 def make_executor(settings: ExecutorSettings, results_dir: Path) -> Executor | None:
