@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 
 
@@ -38,6 +39,47 @@ class DatasetError(SsilbenchError):
 
 class ResultsStoreError(SsilbenchError):
     """The results directory cannot be created, written or read."""
+
+
+class OutputError(SsilbenchError):
+    """An output file or folder (a figure, a report, an export) cannot be written."""
+
+
+# What an OS error on a user's path means, in the words the messages use.
+_CAUSES = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "not a folder (a file is in the way)",
+    errno.EEXIST: "a file is in the way",
+    errno.EISDIR: "is a folder",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOENT: "no such folder (it cannot be made there)",
+    errno.ENAMETOOLONG: "name too long",
+}
+_HINTS = {"disk full": " Free some space or choose another folder."}
+DISK_FULL_TEXTS = ("No space left on device", "file write failed")
+
+
+def os_error_cause(exc: BaseException) -> str:
+    """Why an OS error (or torch's wrapped write error) happened: 'disk full', ..."""
+    code = getattr(exc, "errno", None)
+    if code in _CAUSES:
+        return _CAUSES[code]
+    text = str(exc)
+    if any(marker in text for marker in DISK_FULL_TEXTS):
+        return "disk full"
+    lines = text.strip().splitlines()
+    return getattr(exc, "strerror", None) or (lines[-1] if lines else type(exc).__name__)
+
+
+def os_error_message(path: object, exc: BaseException, action: str = "write") -> str:
+    """One line for the user: 'Cannot write PATH: CAUSE.' plus what to do where known."""
+    cause = os_error_cause(exc)
+    where = getattr(exc, "filename", None)
+    at = f" (at {where})" if where and str(where) != str(path) else ""
+    return f"Cannot {action} {path}: {cause}{at}.{_HINTS.get(cause, '')}"
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

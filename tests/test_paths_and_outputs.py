@@ -58,3 +58,70 @@ def test_a_missing_executor_package_is_refused_before_any_run_is_claimed(
     assert code == 2, out
     assert f"needs the package '{package}'" in out and "Traceback" not in out
     assert rows(tmp_path / "R") == []
+
+
+def _file_in_the_way(tmp: Path) -> Path:
+    (tmp / "afile").write_text("x")
+    return tmp / "afile" / "data"
+
+
+@pytest.mark.parametrize(
+    "where, cause",
+    [(_file_in_the_way, "not a folder"), (lambda tmp: Path("/proc/self/ssilbench"), "/proc")],
+)
+def test_an_unwritable_data_root_is_one_message(capsys, tmp_path, where, cause):
+    data = where(tmp_path)
+    code, out = run(capsys, tmp_path / "R", data)
+    assert code == 2, out
+    assert "Cannot write the dataset" in out and cause in out and "Traceback" not in out
+    assert rows(tmp_path / "R") == []
+
+
+def test_a_read_only_data_root_is_one_message(capsys, tmp_path, monkeypatch):
+    mkdir = Path.mkdir
+
+    def refuse(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "D")):
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    code, out = run(capsys, tmp_path / "R", tmp_path / "D")
+    assert code == 2, out
+    assert "read-only file system" in out and str(tmp_path / "D") in out
+    assert rows(tmp_path / "R") == []
+
+
+def test_a_full_disk_while_building_a_dataset_leaves_no_half_store(capsys, tmp_path, monkeypatch):
+    import numpy as np
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(np, "save", full)
+    code, out = run(capsys, tmp_path / "R", tmp_path / "D")
+    assert code == 2, out
+    assert "disk full" in out and str(tmp_path / "D") in out and "Traceback" not in out
+    assert [p for p in (tmp_path / "D").rglob("*") if p.is_file()] == []
+    assert [p for p in (tmp_path / "D").rglob(".*")] == []
+    assert rows(tmp_path / "R") == []
+
+
+def test_a_full_disk_under_the_block_writer_discards_the_partial_store(tmp_path, monkeypatch):
+    import numpy as np
+
+    from ssilbench.data.dataset_writer import AppendedArray, TransitionStoreWriter
+    from ssilbench.errors import DatasetError
+
+    def full(self, block):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(AppendedArray, "append", full)
+    root = tmp_path / "store"
+    writer = TransitionStoreWriter(root, (2,), np.float32, {"by": "test"})
+    with pytest.raises(DatasetError, match="disk full") as caught:
+        writer.append(np.zeros((3, 2)), np.zeros(3), np.zeros(3), np.array([0, 0, 1]))
+    assert str(root) in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(DatasetError, match="not a folder"):
+        TransitionStoreWriter(_file_in_the_way(tmp_path) / "s", (2,), np.float32, {})

@@ -273,7 +273,7 @@ def _failing_sha256(monkeypatch, fail_on: int) -> None:
 def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
     root = tmp_path / "store"
     _failing_sha256(monkeypatch, fail_on=3)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DatasetError, match="disk full"):
         write(root)
     assert list(tmp_path.iterdir()) == []
 
@@ -282,7 +282,7 @@ def test_failed_rewrite_keeps_the_old_store(tmp_path, monkeypatch):
     root = tmp_path / "store"
     write(root)
     _failing_sha256(monkeypatch, fail_on=2)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(DatasetError, match="disk full"):
         write(root, actions=np.full(N, 3, dtype=np.int64))
     monkeypatch.undo()
     assert leftovers(tmp_path, root) == []

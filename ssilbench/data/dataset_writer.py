@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from ssilbench.data.datasets import (
     extra_array_name,
     refuse_writes,
     sha256_file,
+    write_failed,
 )
 
 # Room for any .npy header of a few dimensions: numpy pads headers to 64-byte multiples,
@@ -69,7 +72,8 @@ class AppendedArray:
         self._file.close()
 
     def abort(self) -> None:
-        self._file.close()
+        with suppress(OSError):  # flushing the last buffer onto a full disk: it goes anyway
+            self._file.close()
 
 
 class TransitionStoreWriter:
@@ -101,20 +105,18 @@ class TransitionStoreWriter:
         self.producer = producer
         self.metadata = metadata or {}
         self.partial = partial_path(self.root)
-        shutil.rmtree(self.partial, ignore_errors=True)  # left by an interrupted writer
-        self.partial.mkdir(parents=True)
-        self._arrays = {
-            "obs": AppendedArray(self.partial / "obs.npy", obs_shape, np.dtype(obs_dtype)),
-            "actions": AppendedArray(
-                self.partial / "actions.npy", action_shape, np.dtype(action_dtype)
-            ),
-            "rewards": AppendedArray(self.partial / "rewards.npy", (), np.dtype(np.float32)),
-        }
+        self._arrays: dict[str, AppendedArray] = {}
         self.extra_names = [extra_array_name(name) for name in (extra_obs or {})]
-        for name, (shape, dtype) in (extra_obs or {}).items():
-            self._arrays[f"obs.{name}"] = AppendedArray(
-                self.partial / f"obs.{name}.npy", tuple(shape), np.dtype(dtype)
-            )
+        columns = {"obs": (obs_shape, obs_dtype), "actions": (action_shape, action_dtype),
+                   "rewards": ((), np.float32),
+                   **{f"obs.{name}": spec for name, spec in (extra_obs or {}).items()}}  # fmt: skip
+        with self._os_errors():
+            shutil.rmtree(self.partial, ignore_errors=True)  # left by an interrupted writer
+            self.partial.mkdir(parents=True)
+            for key, (shape, dtype) in columns.items():
+                self._arrays[key] = AppendedArray(
+                    self.partial / f"{key}.npy", tuple(shape), np.dtype(dtype)
+                )
         self.episode_ends: list[int] = []
         self._open = 0  # stored frames of the episode not yet ended
         self._done = False
@@ -157,11 +159,16 @@ class TransitionStoreWriter:
         self._open += n - pos
         blocks = {"obs": obs, "actions": actions, "rewards": rewards,
                   **{f"obs.{k}": v for k, v in extras.items()}}  # fmt: skip
-        for key, block in blocks.items():
-            self._arrays[key].append(block if keep.all() else np.asarray(block)[keep])
+        with self._os_errors():
+            for key, block in blocks.items():
+                self._arrays[key].append(block if keep.all() else np.asarray(block)[keep])
 
     def commit(self) -> TransitionStore:
         """Close the open episode (if any), write the manifest and move the store into place."""
+        with self._os_errors():
+            return self._commit()
+
+    def _commit(self) -> TransitionStore:
         n = self.num_frames
         if self._open == 1:  # a one-frame episode at the very end
             for array in self._arrays.values():
@@ -216,6 +223,16 @@ class TransitionStoreWriter:
             array.abort()
         shutil.rmtree(self.partial, ignore_errors=True)
         self._done = True
+
+    @contextmanager
+    def _os_errors(self) -> Iterator[None]:
+        """An OS error (disk full, read-only, ...) discards the partial store and becomes one
+        DatasetError naming the store and the cause."""
+        try:
+            yield
+        except OSError as exc:
+            self.abort()
+            raise write_failed(self.root, exc) from None
 
     def __enter__(self) -> TransitionStoreWriter:
         return self

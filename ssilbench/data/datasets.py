@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ssilbench.errors import DatasetError
+from ssilbench.errors import DatasetError, os_error_message
 
 FORMAT = "ssilbench.transitions"
 FORMAT_VERSION = 1
@@ -61,6 +61,20 @@ def read_only() -> Iterator[None]:
 def refuse_writes(root: Path) -> None:
     if _READ_ONLY.get():
         raise DatasetNotBuilt(f"The dataset {root} does not exist yet: a run builds it.", root)
+
+
+def write_failed(root: Path, exc: OSError) -> DatasetError:
+    """The error for an OS error while writing the store at ``root`` (disk full, ...)."""
+    return DatasetError(os_error_message(root, exc, "write the dataset"))
+
+
+def task_dataset(task: Any, root: Path) -> TransitionStore:
+    """``task.dataset(root)``, with an OS error on the data root (a file in the way, a
+    read-only or full disk) turned into a DatasetError naming the folder and the cause."""
+    try:
+        return task.dataset(root)
+    except OSError as exc:
+        raise DatasetError(os_error_message(root, exc, "use the data root")) from None
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -136,9 +150,10 @@ class TransitionStore:
             )
         if episode_ends[0] < 2:
             raise ValueError("every episode needs at least 2 frames")
-        root.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
+        tmp = None
         try:
+            root.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
             arrays = {
                 "obs": np.ascontiguousarray(obs),
                 "actions": np.ascontiguousarray(actions),
@@ -177,8 +192,11 @@ class TransitionStore:
                 os.replace(root, stale)
             os.replace(tmp, root)
             shutil.rmtree(stale, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as exc:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise write_failed(root, exc) from None
             raise
         return cls.open(root, verify=False)
 

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
-from ssilbench.data.datasets import TransitionStore, read_only
+from ssilbench.data.datasets import TransitionStore, read_only, task_dataset
 from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
 from ssilbench.plugins import Plugins
@@ -474,10 +474,10 @@ def build_plan(
 
 def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore | None:
     if datasets == "prepare":
-        return task.dataset(root)
+        return task_dataset(task, root)
     with read_only():
         try:
-            return task.dataset(root)
+            return task_dataset(task, root)
         except DatasetError:  # not built, not imported yet, or damaged: a run would say so
             return None
 
