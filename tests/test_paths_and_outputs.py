@@ -125,3 +125,56 @@ def test_a_full_disk_under_the_block_writer_discards_the_partial_store(tmp_path,
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(DatasetError, match="not a folder"):
         TransitionStoreWriter(_file_in_the_way(tmp_path) / "s", (2,), np.float32, {})
+
+
+TORCH_FULL = (
+    "[enforce fail at inline_container.cc:595] . PytorchStreamWriter failed writing file "
+    "data/0: file write failed"
+)
+
+
+def test_a_full_disk_under_the_stage_cache_says_disk_full(capsys, tmp_path, monkeypatch):
+    import torch
+
+    def full(*args, **kwargs):
+        raise RuntimeError(TORCH_FULL)
+
+    monkeypatch.setattr(torch, "save", full)
+    code, out = run(capsys, tmp_path / "R", tmp_path / "D")
+    assert "disk full" in out and str(tmp_path / "R" / "cache") in out, out
+    assert "inline_container" not in out and "Traceback" not in out
+    assert leftovers(tmp_path / "R" / "cache") == []
+
+
+@pytest.mark.parametrize("exc", [OSError(errno.ENOSPC, "No space left on device"),
+                                 RuntimeError(TORCH_FULL)])  # fmt: skip
+def test_save_atomic_names_the_file_and_a_full_disk(tmp_path, monkeypatch, exc):
+    import torch
+
+    from ssilbench.errors import ResultsStoreError
+    from ssilbench.train.checkpoint import RunCheckpoints, save_atomic
+
+    def full(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(ResultsStoreError, match="disk full") as caught:
+        save_atomic({"a": 1}, tmp_path / "x.pt")
+    assert str(tmp_path / "x.pt") in str(caught.value)
+    with pytest.raises(ResultsStoreError, match="disk full"):
+        RunCheckpoints(tmp_path / "ck", 5, []).save("bc", {"step": 1})
+    assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_save_atomic_leaves_other_errors_alone(tmp_path, monkeypatch):
+    import torch
+
+    from ssilbench.train.checkpoint import save_atomic
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot pickle this")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(RuntimeError, match="cannot pickle"):
+        save_atomic({"a": 1}, tmp_path / "x.pt")
+    assert list(tmp_path.iterdir()) == []

@@ -21,19 +21,39 @@ from typing import Any
 
 import torch
 
+from ssilbench.errors import DISK_FULL_TEXTS, ResultsStoreError, os_error_message
+
 
 def save_atomic(payload: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary file beside ``path``, then rename it into place: a reader
-    sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    sees the old file or the new one, never half of one. An OS error (a full or read-only
+    disk, a file in the way; torch reports a full disk as a RuntimeError) removes the
+    temporary file and becomes one ResultsStoreError naming ``path`` and the cause."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             torch.save(payload, fh)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if is_write_error(exc):
+            raise write_error(path, exc) from None
         raise
+
+
+def is_write_error(exc: BaseException) -> bool:
+    """An OS error, or torch's RuntimeError for a write that failed (a full disk)."""
+    text = str(exc)
+    return isinstance(exc, OSError) or (
+        isinstance(exc, RuntimeError) and any(marker in text for marker in DISK_FULL_TEXTS)
+    )
+
+
+def write_error(path: Path, exc: BaseException) -> ResultsStoreError:
+    return ResultsStoreError(os_error_message(path, exc))
 
 
 class RunCheckpoints:

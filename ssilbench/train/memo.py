@@ -52,7 +52,7 @@ from torch import nn
 from ssilbench.data.batches import RowSource, fingerprint
 from ssilbench.train import leases as lease_files
 from ssilbench.train.budget import StageBudget
-from ssilbench.train.checkpoint import save_atomic
+from ssilbench.train.checkpoint import save_atomic, write_error
 from ssilbench.train.leases import Lease, LeaseInfo, Log
 
 if TYPE_CHECKING:
@@ -137,7 +137,6 @@ class StageCache:
         """Write atomically: a reader never sees half an entry. Beside it, what it is (the
         stage, and for a shared stage its identity, :func:`share_identity`)."""
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
         meta = {"stage": budget.stage.name, "saved": time.time()}
         if budget.stage.share:
             meta["identity"] = share_identity(budget.stage, budget.plan.scope)
@@ -147,16 +146,24 @@ class StageCache:
             "stopped_early": budget.stopped_early,
             "meta": json.dumps(meta),
         }
-        self.describe(key, meta)
-        save_atomic(entry, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.describe(key, meta)
+        except OSError as exc:
+            raise write_error(path, exc) from None
+        save_atomic(entry, path)  # its own errors name the entry and the cause
 
     def describe(self, key: str, meta: dict[str, Any]) -> None:
         """Write the entry's description (``<key>.meta.json``) atomically."""
         path = self.root / key[:2] / f"{key}{META_SUFFIX}"
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_text(json.dumps(meta, sort_keys=True))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(meta, sort_keys=True))
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
 
     def _meta(self, path: Path, key: str) -> dict[str, Any]:
         try:
