@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import errno
+import re
 from collections.abc import Iterable
 
 
@@ -80,6 +81,13 @@ def os_error_message(path: object, exc: BaseException, action: str = "write") ->
     where = getattr(exc, "filename", None)
     at = f" (at {where})" if where and str(where) != str(path) else ""
     return f"Cannot {action} {path}: {cause}{at}.{_HINTS.get(cause, '')}"
+
+
+def safe_file_name(name: str, fallback: str = "unnamed") -> str:
+    """``name`` as one file name that stays in its folder: letters, digits, '_', '+' and '-'
+    only (no separator, no dot, so no '..', no control character), at most 100 long."""
+    cleaned = re.sub(r"[^A-Za-z0-9_+-]+", "_", name).strip("_")[:100]
+    return cleaned or fallback
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -4,11 +4,14 @@ left, nothing claimed), and output file names built from user names cannot escap
 from __future__ import annotations
 
 import errno
+import json
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ssilbench.cli import main
 
@@ -178,3 +181,66 @@ def test_save_atomic_leaves_other_errors_alone(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="cannot pickle"):
         save_atomic({"a": 1}, tmp_path / "x.pt")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_leaderboard_out_on_a_full_disk_leaves_no_temp_file(capsys, tmp_path, monkeypatch):
+    assert run(capsys, tmp_path / "R", tmp_path / "D")[0] == 0
+    real = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if self.name.endswith(".tmp"):
+            real(self, "half")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code, out = cli(capsys, "leaderboard", "--results", str(tmp_path / "R"),
+                    "--out", str(out_dir / "board.md"))  # fmt: skip
+    assert code == 2, out
+    assert "disk full" in out and str(out_dir / "board.md") in out
+    assert list(out_dir.iterdir()) == []
+
+
+def test_plot_into_an_unwritable_folder_is_one_message(capsys, tmp_path):
+    from ssilbench.errors import OutputError
+    from ssilbench.leaderboard.figures import pyplot, save
+
+    fig = pyplot().figure()
+    with pytest.raises(OutputError, match="not a folder") as caught:
+        save(fig, _file_in_the_way(tmp_path) / "fig")
+    assert "afile" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", "bad\nname", "..", "a b"])
+def test_a_sweep_name_that_is_not_a_plain_name_is_refused(tmp_path, name):
+    from ssilbench.errors import UsageError
+    from ssilbench.runner.sweepfile import load_sweep_file
+
+    path = tmp_path / "s.toml"
+    path.write_text(f"name = {json.dumps(name)}\n")  # a JSON string is a TOML string
+    with path.open("a") as fh:
+        fh.write('[[block]]\nmethods = ["bc"]\nenvs = ["maze:10x10"]\nbudgets = [16]\n')
+    with pytest.raises(UsageError, match="plain name"):
+        load_sweep_file(path)
+
+
+def test_figure_names_are_sanitised_as_a_second_guard():
+    from ssilbench.leaderboard.studies import figure_name
+
+    class Escaping:
+        name = "../../etc/x"
+
+    assert figure_name(Escaping(), quick=True) == "etc_x-quick"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text())
+def test_the_file_name_sanitiser_never_escapes_its_folder(name):
+    from ssilbench.errors import safe_file_name
+
+    cleaned = safe_file_name(name)
+    assert cleaned and "/" not in cleaned and "\\" not in cleaned and ".." not in cleaned
+    assert not Path(cleaned).is_absolute() and Path(cleaned).name == cleaned
+    assert all(ch.isprintable() for ch in cleaned)

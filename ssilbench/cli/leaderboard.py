@@ -7,7 +7,6 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.options import results_option
-from ssilbench.errors import UsageError
 
 
 @click.command()
@@ -44,27 +43,12 @@ from ssilbench.errors import UsageError
 def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare, latest) -> None:
     """Aggregate finished runs into tables: rows = methods, columns = N_L."""
     from ssilbench.leaderboard.board import store_table
-    from ssilbench.leaderboard.render import render
+    from ssilbench.leaderboard.render import render, write_replacing
 
     table = store_table(results, metric, tuple(compare) if compare else None, latest)
     text = render(table, fmt)
     if out is None:
         click.echo(text, nl=False)
         return
-    target = write_replacing(Path(out), text)
+    target = write_replacing(Path(out), text, "Choose another --out path.")
     click.echo(f"wrote {target}", err=True)
-
-
-def write_replacing(target: Path, text: str) -> Path:
-    """Write ``text`` to ``target`` through a temporary file, so that a reader never sees
-    half a table."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
-    except OSError as exc:
-        raise UsageError(
-            f"Cannot write {target}: {exc.strerror}. Choose another --out path."
-        ) from None
-    return target

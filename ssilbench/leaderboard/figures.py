@@ -4,11 +4,13 @@ environment, methods as lines with a 95% seed interval. Drawn from the results s
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
+from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.stats import mean_ci95
 
 if TYPE_CHECKING:
@@ -72,11 +74,18 @@ def pyplot() -> Any:
 def save(fig: Any, out: Path) -> list[Path]:
     """Write ``out``.png and ``out``.svg, close the figure; returns their paths."""
     plt = pyplot()
-    out.parent.mkdir(parents=True, exist_ok=True)
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
-    for path in paths:
-        fig.savefig(path, dpi=130)
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            fig.savefig(path, dpi=130)
+    except OSError as exc:  # no half-written figure stays behind
+        for path in paths:
+            with suppress(OSError):
+                path.unlink(missing_ok=True)
+        raise OutputError(os_error_message(out.parent, exc)) from None
+    finally:
+        plt.close(fig)
     return paths
 
 

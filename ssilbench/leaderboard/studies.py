@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ssilbench.errors import UsageError
+from ssilbench.errors import UsageError, safe_file_name
 
 if TYPE_CHECKING:
     from ssilbench.leaderboard.figures import Panel
@@ -47,7 +47,7 @@ def load_study(
 
 def figure_name(sweep_file: SweepFile, quick: bool) -> str:
     """The file name (no suffix) of a study's figure."""
-    return sweep_file.name + ("-quick" if quick else "")
+    return safe_file_name(sweep_file.name) + ("-quick" if quick else "")
 
 
 def draw_study(sweep_file: SweepFile, panels: list[Panel], quick: bool, folder: Path) -> list[Path]:
@@ -69,6 +69,7 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Write the replication report of the studies in ``paths`` to ``out`` (Markdown), with
     their figures in a ``figures`` folder beside it; (report, figures folder)."""
+    from ssilbench.leaderboard.render import write_replacing
     from ssilbench.leaderboard.report import study_section
 
     target = Path(out)
@@ -98,6 +99,5 @@ def write_report(
             tally[v.held] += 1
     lines.insert(2, f"Claims held: {tally[True]}, not held: {tally[False]}, "
                     f"not checked: {tally[None]}.\n")  # fmt: skip
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text("\n".join(lines))
+    write_replacing(target, "\n".join(lines), "Choose another --out path.")
     return target, figures

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ssilbench.data.split import parse_budget
-from ssilbench.errors import SsilbenchError, UsageError
+from ssilbench.errors import SsilbenchError, UsageError, safe_file_name
 from ssilbench.runner.run_options import MAX_STEPS
 from ssilbench.runner.spec import Seed, Steps, Sweep, check_json
 
@@ -224,6 +224,17 @@ class SweepFile(BaseModel):
     labels: dict[str, str] = {}
     quick: QuickOverrides | None = None
     claim: list[Claim] = []
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        # Figures and report sections are files named after it: it must stay one plain name.
+        if safe_file_name(value) != value:
+            raise ValueError(
+                f"{value!r} must be a plain name (letters, digits, '_', '+', '-'; no path "
+                f"separator, '..' or space), e.g. {safe_file_name(value)!r}"
+            )
+        return value
 
     def blocks(self, quick: bool = False) -> list[Block]:
         if not quick:
