@@ -244,3 +244,11 @@ def test_the_file_name_sanitiser_never_escapes_its_folder(name):
     assert cleaned and "/" not in cleaned and "\\" not in cleaned and ".." not in cleaned
     assert not Path(cleaned).is_absolute() and Path(cleaned).name == cleaned
     assert all(ch.isprintable() for ch in cleaned)
+
+
+def test_markdown_escapes_names_that_would_break_a_table():
+    from ssilbench.leaderboard.render import _md_escape
+
+    escaped = _md_escape("a|<script>`x`\nb")
+    assert "|" not in escaped.replace("\\|", "") and "<" not in escaped and "\n" not in escaped
+    assert "`" not in escaped.replace("\\`", "")

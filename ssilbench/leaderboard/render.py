@@ -73,7 +73,11 @@ def _footnote(table: EnvTable) -> str:
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    """A name or label as literal Markdown table text: no cell break, tag, code or line."""
+    for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"),
+                         (">", "&gt;"), ("\r", " "), ("\n", " ")):  # fmt: skip
+        text = text.replace(raw, escaped)
+    return text
 
 
 def to_markdown(table: Table) -> str:
