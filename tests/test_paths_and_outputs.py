@@ -247,8 +247,29 @@ def test_the_file_name_sanitiser_never_escapes_its_folder(name):
 
 
 def test_markdown_escapes_names_that_would_break_a_table():
-    from ssilbench.leaderboard.render import _md_escape
+    from ssilbench.leaderboard.render import md_escape
 
-    escaped = _md_escape("a|<script>`x`\nb")
+    escaped = md_escape("a|<script>`x`\nb")
     assert "|" not in escaped.replace("\\|", "") and "<" not in escaped and "\n" not in escaped
     assert "`" not in escaped.replace("\\`", "")
+
+
+def test_the_markdown_leaderboard_escapes_every_name_it_prints():
+    from ssilbench.leaderboard.render import to_markdown
+    from ssilbench.leaderboard.table import build_table
+    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runner.spec import RunSpec
+
+    env = 'maze:10x10 (goal="<script>|x")'
+    records = [
+        RunRecord.of(RunSpec(method="bc", config={}, env="maze:10x10", options={}, budget="16",
+                             seed=seed, steps=20, eval_every=20),
+                     "bc `a|b`", env, score=0.5, metrics={}, finished_at=1.0)
+        for seed in (0, 1)
+    ]  # fmt: skip
+    text = to_markdown(build_table(records))
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert "bc \\`a\\|b\\`" in text
+    for line in text.splitlines():
+        if line.startswith("| bc"):
+            assert line.count(" | ") == 2  # method, one budget, AUC: no cell broken

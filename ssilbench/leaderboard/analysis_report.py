@@ -7,6 +7,7 @@ import io
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
 from ssilbench.leaderboard.analysis import IDM_ENTROPY, POLICY_ENTROPY, Analysis
+from ssilbench.leaderboard.render import md_escape
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -17,13 +18,10 @@ def _p(value: float) -> str:
     return f"{value:.3g}" if value >= 1e-4 else f"{value:.1e}"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def to_markdown(a: Analysis) -> str:
+    method, baseline = md_escape(a.method), md_escape(a.baseline)
     lines = [
-        f"# Analysis: {_md(a.method)} over {_md(a.baseline)}, by {a.by}\n",
+        f"# Analysis: {method} over {baseline}, by {a.by}\n",
         f"| game | {a.by} | return gap [95% interval] | budgets | runs | "
         "H(policy) | H(IDM) | entropy gap | notes |",
         "|---|---|---:|---|---:|---:|---:|---:|---|",
@@ -35,17 +33,17 @@ def to_markdown(a: Analysis) -> str:
         budgets = ", ".join(g.budgets) or "–"
         at = f" (N_L={g.entropy_budget})" if g.entropy_budget else ""
         lines.append(
-            f"| {_md(g.env)} | {g.group or '–'} | {gap} | {budgets} | "
+            f"| {md_escape(g.env)} | {g.group or '–'} | {gap} | {budgets} | "
             f"{g.method_runs} / {g.baseline_runs} | {_f(g.policy_entropy)} | "
-            f"{_f(g.idm_entropy)} | {_f(g.entropy_gap)}{at} | {_md('; '.join(g.notes))} |"
+            f"{_f(g.idm_entropy)} | {_f(g.entropy_gap)}{at} | {md_escape('; '.join(g.notes))} |"
         )
     lines += [
         "",
-        f"Return gap: normalised score of {_md(a.method)} minus {_md(a.baseline)}, mean over "
+        f"Return gap: normalised score of {method} minus {baseline}, mean over "
         "seeds, then over the label budgets both were run at; interval: 95% bootstrap of the "
         f"seeds within each budget ({BOOTSTRAP_REPS} resamples, seed {BOOTSTRAP_SEED}). Runs: "
-        f"{_md(a.method)} / {_md(a.baseline)}. Entropies (nats, test split): {POLICY_ENTROPY} "
-        f"of {_md(a.baseline)} and {IDM_ENTROPY} of {_md(a.method)}, mean over seeds at the "
+        f"{method} / {baseline}. Entropies (nats, test split): {POLICY_ENTROPY} "
+        f"of {baseline} and {IDM_ENTROPY} of {method}, mean over seeds at the "
         "budget shown (by default the largest both recorded).",
         "",
         f"## Return gap by {a.by}\n",
@@ -67,7 +65,7 @@ def to_markdown(a: Analysis) -> str:
             f"| {c.n} | {c.r:.3f} | {_p(c.p_value)} | {interval} |",
         ]
     if a.notes:
-        lines += ["", "Notes:", *(f"- {_md(n)}" for n in a.notes)]
+        lines += ["", "Notes:", *(f"- {md_escape(n)}" for n in a.notes)]
     return "\n".join(lines) + "\n"
 
 

@@ -72,7 +72,7 @@ def _footnote(table: EnvTable) -> str:
     return "\n".join(lines)
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
     """A name or label as literal Markdown table text: no cell break, tag, code or line."""
     for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"),
                          (">", "&gt;"), ("\r", " "), ("\n", " ")):  # fmt: skip
@@ -86,20 +86,20 @@ def to_markdown(table: Table) -> str:
     parts = ["# ssilbench leaderboard\n"]
     for t in table.tables:
         header = ["method", *(_budget_header(b, t.unit) for b in t.budgets), "AUC"]
-        parts.append(f"## {t.env}\n")
+        parts.append(f"## {md_escape(t.env)}\n")
         parts.append("| " + " | ".join(header) + " |")
         parts.append("|" + "|".join(["---"] + ["---:"] * (len(t.budgets) + 1)) + "|")
         top = _best(t.efficiency)
         for method in t.methods:
             auc = t.efficiency.get(method)
-            row = [_md_escape(method), *(_fmt_cell(t.cell(method, b)) for b in t.budgets),
+            row = [md_escape(method), *(_fmt_cell(t.cell(method, b)) for b in t.budgets),
                    _fmt_auc(auc, auc is not None and auc == top)]  # fmt: skip
             parts.append("| " + " | ".join(row) + " |")
         parts.append("\n" + _footnote(t) + "\n")
     for s in table.suites:
         parts.append(_suite_markdown(s))
     for c in table.comparisons:
-        parts.append(f"## P({_md_escape(c.method)} > {_md_escape(c.other)}) — {c.scope}\n")
+        parts.append(f"## P({md_escape(c.method)} > {md_escape(c.other)}) — {md_escape(c.scope)}\n")
         parts.append("| budget | P(X > Y) | 95% interval |")
         parts.append("|---|---:|---:|")
         for budget, iv in c.improvement.items():
@@ -113,7 +113,8 @@ def to_markdown(table: Table) -> str:
 
 
 def _suite_markdown(s: SuiteTable) -> str:
-    lines = [f"## {s.suite} — {len(s.tasks)} tasks ({', '.join(s.tasks)})\n"]
+    tasks = md_escape(", ".join(s.tasks))
+    lines = [f"## {md_escape(s.suite)} — {len(s.tasks)} tasks ({tasks})\n"]
     for title, values in (("IQM", s.iqm), ("Optimality gap", s.optimality_gap)):
         auc = title == "IQM"
         header = ["method", *(_budget_header(b) for b in s.budgets), *(["AUC"] * auc)]
@@ -122,7 +123,7 @@ def _suite_markdown(s: SuiteTable) -> str:
         lines.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
         top = _best(s.efficiency)
         for method in s.methods:
-            row = [_md_escape(method),
+            row = [md_escape(method),
                    *(_fmt_interval(values.get(method, {}).get(b)) for b in s.budgets)]  # fmt: skip
             if auc:
                 value = s.efficiency.get(method)

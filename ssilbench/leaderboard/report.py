@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ssilbench.leaderboard.figures import Panel
+from ssilbench.leaderboard.render import md_escape
 from ssilbench.runner.sweepfile import Claim, SweepFile
 
 
@@ -73,7 +74,7 @@ def _table(panel: Panel) -> list[str]:
 
     budgets.sort(key=budget_sort_key)
     lines = [
-        f"**{panel.title}**",
+        f"**{md_escape(panel.title)}**",
         "",
         "| method | " + " | ".join(f"N_L={b}" for b in budgets) + " |",
         "|---|" + "---:|" * len(budgets),
@@ -87,7 +88,7 @@ def _table(panel: Panel) -> list[str]:
                 continue
             m, c, n = cells[b]
             row.append(f"{m:.3f}" + (f" ± {c:.3f}" if c is not None else "") + f" (n={n})")
-        lines.append(f"| {series.label} | " + " | ".join(row) + " |")
+        lines.append(f"| {md_escape(series.label)} | " + " | ".join(row) + " |")
     return [*lines, ""]
 
 
@@ -95,7 +96,7 @@ def study_section(
     sweep_file: SweepFile, path: Path, panels: list[Panel], figure: Path | None, command: str
 ) -> tuple[list[str], list[Verdict]]:
     verdicts = [check(claim, panels) for claim in sweep_file.claim]
-    lines = [f"## {sweep_file.title or sweep_file.name}", ""]
+    lines = [f"## {md_escape(sweep_file.title or sweep_file.name)}", ""]
     if sweep_file.description:
         lines += [sweep_file.description, ""]
     lines += [f"Sweep file: `{path}`. Runs: `{command}`.", ""]
@@ -107,7 +108,7 @@ def study_section(
         lines += ["| claim (paper) | held | evidence |", "|---|---|---|"]
         for v in verdicts:
             mark = {True: "yes", False: "**no**", None: "not checked"}[v.held]
-            lines.append(f"| {v.claim.text} | {mark} | {v.evidence} |")
+            lines.append(f"| {md_escape(v.claim.text)} | {mark} | {md_escape(v.evidence)} |")
         lines.append("")
     lines.append(f"Metric: {sweep_file.metric}; mean over seeds ± 95% t-interval.")
     lines.append("")
