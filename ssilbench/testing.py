@@ -23,6 +23,7 @@ the core module that defines it on first access, so this module stays light):
 - ``run_records(results)``: the runs a results folder records, as dicts of their columns
   (after ``ssilbench run`` in a subprocess, say); ``usage_error(result)``: the one-line
   message of a command that refused its input (exit code 2, no traceback);
+  ``cli_exit_code(*args)``: run the command in this process, for its exit code;
 - ``imported_after(statement, modules)``: which of ``modules`` a fresh interpreter has
   imported once it ran ``statement`` (loading a task imports no simulator, no torch);
 - ``Stacked(nets, context=None)``: copies of a module run as one, through the module's
@@ -83,6 +84,7 @@ __all__ = [
     "imported_after",
     "run_records",
     "usage_error",
+    "cli_exit_code",
     "split",
 ]
 
@@ -331,6 +333,18 @@ def usage_error(result: subprocess.CompletedProcess) -> str:
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("error: "), result.stderr
     return error
+
+
+def cli_exit_code(*args: str) -> int:
+    """Run ``ssilbench ARGS`` in this process (fast, for the many bad-input cases) and return
+    its exit code (0 when it returned); read its output with pytest's ``capsys``."""
+    from ssilbench.cli import main
+
+    try:
+        main(list(args))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
 def imported_after(statement: str, modules: Iterable[str]) -> list[str]:

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from conftest import TINY
 
+from ssilbench.testing import cli_exit_code
+
 SWEEP = ["--method", "bc,vm_idm", "--env", "maze:10x10", "--budgets", "16,64", "--seeds", "0,1"]
 
 FAILING_PLUGIN = """
@@ -242,14 +244,7 @@ def _with(base: list[str], override: list[str]) -> list[str]:
 
 def _main(capsys, *args: str) -> tuple[int, str]:
     """The CLI in this process (fast, for the many bad-input cases): (exit code, stderr)."""
-    from ssilbench.cli import main
-
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().err
+    return cli_exit_code(*args), capsys.readouterr().err
 
 
 def test_bad_inputs_exit_2_with_one_message_and_lose_nothing(cli, capsys):

@@ -31,18 +31,14 @@ from ssilbench.runner.plan import parse_assignments, parse_value, resolve
 from ssilbench.runner.run_options import MAX_SEED, MAX_STEPS, RunOptions, comma_list, parse_seeds
 from ssilbench.runner.spec import RunSpec, Sweep
 from ssilbench.runner.sweepfile import load_sweep_file
+from ssilbench.testing import cli_exit_code
 
 RUN = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0"]
 FAST = settings(max_examples=200, deadline=None)
 
 
 def _cli(capsys, *args: str) -> tuple[int, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    return cli_exit_code(*args), capsys.readouterr().err
 
 
 def _snapshot(folder: Path) -> dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ssilbench.cli import main
+from ssilbench.testing import cli_exit_code
 
 TINY = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0"]
 TINY += ["--steps", "20", "-q"]
@@ -21,11 +21,7 @@ TINY += ["--steps", "20", "-q"]
 
 def cli(capsys, *args: str) -> tuple[int, str]:
     """Run the CLI in-process: (exit code, stdout + stderr)."""
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+    code = cli_exit_code(*args)
     out = capsys.readouterr()
     return code, out.out + out.err
 

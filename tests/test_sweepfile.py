@@ -10,6 +10,7 @@ from ssilbench.cli import main
 from ssilbench.errors import SsilbenchError, UsageError
 from ssilbench.plugins import load_plugins
 from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+from ssilbench.testing import cli_exit_code
 
 GOOD = """
 name = "tiny"
@@ -111,12 +112,7 @@ def test_quick_without_a_quick_section(tmp_path):
 
 
 def _cli(capsys, *args) -> tuple[int, str]:
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, capsys.readouterr().err
+    return cli_exit_code(*args), capsys.readouterr().err
 
 
 def without_datasets_or_simulators(tmp_path, monkeypatch) -> None:
