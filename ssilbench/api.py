@@ -14,7 +14,6 @@ first use, so ``import ssilbench.api`` stays light; the tools that work with the
 from __future__ import annotations
 
 import hashlib
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,7 +34,7 @@ from ssilbench.errors import (
     UsageError,
     unknown,
 )
-from ssilbench.registry import BoundRegistry
+from ssilbench.registry import BoundRegistry, lazy_attributes
 
 if TYPE_CHECKING:
     import gymnasium
@@ -97,12 +96,9 @@ _LAZY_TYPES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Module-level attribute hook: ``from ssilbench.api import StagePlan`` imports the
-    # defining module only then (ssilbench.train.budget itself imports this module).
-    if name in _LAZY_TYPES:
-        return getattr(importlib.import_module(_LAZY_TYPES[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``from ssilbench.api import StagePlan`` imports the defining module only then
+# (ssilbench.train.budget itself imports this module).
+__getattr__ = lazy_attributes(globals(), _LAZY_TYPES)
 
 
 hookimpl = pluggy.HookimplMarker("ssilbench")

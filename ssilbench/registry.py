@@ -11,6 +11,21 @@ from ssilbench.errors import PluginError, UsageError, unknown
 T = TypeVar("T")
 
 
+def lazy_attributes(namespace: dict[str, Any], module_of: dict[str, str]) -> Any:
+    """A module-level ``__getattr__`` for the module whose globals are ``namespace``: each
+    name of ``module_of`` is imported from its defining module on first access (so that
+    importing the module stays light) and kept in ``namespace`` for later accesses."""
+
+    def __getattr__(name: str) -> Any:
+        if name in module_of:
+            value = getattr(importlib.import_module(module_of[name]), name)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module {namespace['__name__']!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
 @dataclass(frozen=True)
 class Origin:
     """Where a registry entry comes from: the plugin and the distribution that ships it."""

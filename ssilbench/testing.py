@@ -35,7 +35,6 @@ the core module that defines it on first access, so this module stays light):
 from __future__ import annotations
 
 import ast
-import importlib
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -45,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ssilbench.api import EnvSpec, Task
+from ssilbench.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from ssilbench.data.dataset_writer import partial_path
@@ -108,11 +108,7 @@ _HARNESS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # Module-level attribute hook: harness names are imported on first access.
-    if name in _HARNESS:
-        return getattr(importlib.import_module(_HARNESS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(globals(), _HARNESS)
 
 
 class ConformanceError(AssertionError):

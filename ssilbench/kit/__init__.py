@@ -13,12 +13,12 @@ training helpers do. Two small helpers of its own, the checks an importer
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ssilbench.errors import UsageError
+from ssilbench.registry import lazy_attributes
 
 if TYPE_CHECKING:
     from ssilbench.data.batches import (
@@ -157,13 +157,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Module-level attribute hook: the defining module is imported on first access.
-    if name in _MODULE_OF:
-        value = getattr(importlib.import_module(_MODULE_OF[name]), name)
-        globals()[name] = value  # later accesses skip this hook
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(globals(), _MODULE_OF)
 
 
 def __dir__() -> list[str]:
