@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ssilbench.errors import SsilbenchError
 from ssilbench.runner.run_options import RunOptions
 
 if TYPE_CHECKING:
@@ -53,10 +54,12 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     if options.sweep_file is not None:
         path = options.sweep_file
         chosen = select_blocks(load_sweep_file(path), path, options.block_names())
-        plan_blocks(plugins, chosen, path, None, options.quick)
+        resolved, sweeps = plan_blocks(plugins, chosen, path, None, options.quick)
         folder = results_dir()
-        plan, sweeps = plan_blocks(plugins, chosen, path, options.data_root, options.quick,
-                                   options.datasets)  # fmt: skip
+        try:
+            plan = prepare(resolved, options.data_root, options.datasets)
+        except SsilbenchError as exc:
+            raise type(exc)(f"Sweep file {path}: {exc}") from None
         return plan, sweeps, folder
     sweep = options.sweep()
     resolved = resolve_plan(plugins, sweep)
