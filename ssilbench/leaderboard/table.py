@@ -101,8 +101,10 @@ def provenance(record: RunRecord) -> str:
 
 def _settings(record: RunRecord) -> str:
     parts = [f"steps={record.spec.steps}"]
-    if record.spec.stop_early:
+    if record.spec.stop_early is True:
         parts.append("stop_early")
+    elif record.spec.stop_early:
+        parts.append(f"stop_early={record.spec.stop_early}")
     return ", ".join(parts)
 
 

@@ -12,7 +12,7 @@ import hashlib
 import itertools
 import json
 import math
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -31,6 +31,9 @@ MAX_DEPTH = 32  # lists and tables nested deeper than this are a mistake, not a 
 
 Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
 Steps = Annotated[int, Field(strict=True, ge=1, le=MAX_STEPS)]
+StopEarly = Annotated[bool, Field(strict=True)] | Literal["converged", "paper"]
+"""A spec's stopping rule (``ssilbench.train.loop.STOPPING_RULES``): false (train every
+step), true or "converged" (the suite's rule), "paper" (the maze paper's code's rule)."""
 """A step count or interval (strict: true, "10" or 10.0 are not step counts)."""
 
 
@@ -193,7 +196,7 @@ class RunSpec(BaseModel):
     seed: int = Field(ge=-MAX_INT - 1, le=MAX_INT)
     steps: int
     eval_every: int
-    stop_early: bool = False
+    stop_early: StopEarly = False
     rollouts: bool = True
     protocol: str | None = None
     plugins: dict[str, str] = {}
@@ -270,7 +273,7 @@ class Sweep(BaseModel):
     steps_scale: float | None = Field(None, gt=0, le=MAX_STEPS)
     """Train ``steps_scale`` x the environment's default steps (``steps`` wins when both)."""
     eval_every: Steps | None = None
-    stop_early: bool = False
+    stop_early: StopEarly = False
     rollouts: bool = True
 
     @field_validator("methods", "envs")

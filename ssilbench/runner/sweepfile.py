@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import SsilbenchError, UsageError, safe_file_name
 from ssilbench.runner.run_options import MAX_STEPS
-from ssilbench.runner.spec import Seed, Steps, Sweep, check_json
+from ssilbench.runner.spec import Seed, Steps, StopEarly, Sweep, check_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -113,7 +113,9 @@ class Block(BaseModel):
         description="Train this fraction of the environment's default steps.",
     )
     eval_every: Steps | None = Field(None, description="Evaluate every N steps of a policy stage.")
-    stop_early: bool = Field(False, description="Stop stages once converged (StoppingRule).")
+    stop_early: StopEarly = Field(
+        False, description='Stopping rule: false, true ("converged") or "paper".'
+    )
     rollouts: bool = Field(
         True, description="False: evaluate on the test set only (no rollouts, no score)."
     )
@@ -173,7 +175,11 @@ class QuickOverrides(BaseModel):
     seeds: list[Seed] | None = Field(None, min_length=1)
     steps: Steps | None = None
     eval_every: Steps | None = None
+    stop_early: StopEarly | None = None
     options: dict[str, Any] | None = None
+    config: dict[str, Any] | None = Field(
+        None, description="Config values set in (merged into) every block's config."
+    )
 
     @field_validator("budgets")
     @classmethod
@@ -189,6 +195,11 @@ class QuickOverrides(BaseModel):
     @classmethod
     def _check_options(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         return None if value is None else _options(value)
+
+    @field_validator("config")
+    @classmethod
+    def _check_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _config(value)
 
 
 class Claim(BaseModel):
@@ -216,6 +227,11 @@ class SweepFile(BaseModel):
     model_config = _STRICT
 
     name: str = Field(min_length=1)
+    protocol: str = Field(
+        "paper",
+        min_length=1,
+        description="What the blocks' settings follow (the [quick] overrides are the fast one).",
+    )
     title: str = ""
     description: str = ""
     metric: str = "score"
@@ -244,8 +260,10 @@ class SweepFile(BaseModel):
                 f"Sweep file '{self.name}' has no [quick] section; run it without --quick."
             )
         changes = self.quick.model_dump(exclude_none=True)
+        config = changes.pop("config", {})
         try:
-            return [Block.model_validate({**b.model_dump(), **changes})
+            return [Block.model_validate({**b.model_dump(), **changes,
+                                          "config": {**b.config, **config}})
                     for b in self.block if b.quick]  # fmt: skip
         except ValidationError as exc:  # QuickOverrides checks what a block does: a safety net
             raise UsageError(f"Sweep file '{self.name}', [quick]: {_problems(exc)}.") from None
@@ -311,7 +329,8 @@ def load_sweep_file(path: Path) -> SweepFile:
         return SweepFile.model_validate(raw)
     except ValidationError as exc:
         allowed = (
-            "top level: name, title, description, metric, x_label, block, labels, quick, claim; "
+            "top level: name, protocol, title, description, metric, x_label, block, labels, "
+            "quick, claim; "
             "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
             "steps_scale, eval_every, stop_early, rollouts, quick"
         )

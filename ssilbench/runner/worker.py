@@ -26,7 +26,7 @@ from ssilbench.runner.results_db import RunOutcome
 from ssilbench.runner.spec import RunSpec
 from ssilbench.train.budget import StagePlan, check_stages
 from ssilbench.train.checkpoint import RunCheckpoints
-from ssilbench.train.loop import StoppingRule, seed_everything
+from ssilbench.train.loop import seed_everything, stopping_rule
 from ssilbench.train.memo import StageCache
 
 
@@ -225,7 +225,7 @@ def set_up_run(
     )
     if overlapped is not None and plan.checkpoints is not None:
         plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation
-    stopping = StoppingRule() if spec.stop_early else None
+    stopping = stopping_rule(spec.stop_early)
     ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping)
     return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped)
 

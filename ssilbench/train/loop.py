@@ -18,26 +18,48 @@ class StoppingRule:
 
     Every ``check_every`` steps the full training loss (and, for classifiers, the training
     accuracy against the targets' argmax) is measured; the stage stops when the loss is
-    below ``abs_tol``, improved by less than ``rel_tol`` (relative) since the previous
-    check, or every training example is classified correctly.
+    below ``abs_tol``, improved by less than ``rel_tol`` (relative; None: never) since the
+    previous check, or, with ``on_accuracy``, every training example is classified
+    correctly.
     """
 
     check_every: int = 500
     abs_tol: float = 1e-3
-    rel_tol: float = 0.001
+    rel_tol: float | None = 0.001
+    on_accuracy: bool = True
 
     def converged(self, previous: float, loss: float, accuracy: float | None) -> bool:
         return (
             loss < self.abs_tol
-            or (previous - loss) < self.rel_tol * previous
-            or (accuracy is not None and accuracy >= 1.0)
+            or (self.rel_tol is not None and (previous - loss) < self.rel_tol * previous)
+            or (self.on_accuracy and accuracy is not None and accuracy >= 1.0)
         )
 
     def describe(self) -> str:
-        return (
-            f"converged: training loss < {self.abs_tol:g}, improved by < {self.rel_tol:.1%} over "
-            f"{self.check_every} steps, or training accuracy 100%"
-        )
+        reasons = [f"training loss < {self.abs_tol:g}"]
+        if self.rel_tol is not None:
+            reasons.append(f"improved by < {self.rel_tol:.1%} over {self.check_every} steps")
+        if self.on_accuracy:
+            reasons.append("training accuracy 100%")
+        if len(reasons) == 1:
+            return f"converged: {reasons[0]} (checked every {self.check_every} steps)"
+        return "converged: " + ", ".join(reasons[:-1]) + f", or {reasons[-1]}"
+
+
+STOPPING_RULES: dict[str, StoppingRule] = {
+    # The suite's fast rule: converged by any of three signs.
+    "converged": StoppingRule(),
+    # The maze paper's code: the full training loss, checked every 500 steps, below 1e-7.
+    "paper": StoppingRule(check_every=500, abs_tol=1e-7, rel_tol=None, on_accuracy=False),
+}
+"""Named stopping rules a run spec's ``stop_early`` selects (``true`` is ``"converged"``)."""
+
+
+def stopping_rule(stop_early: bool | str) -> StoppingRule | None:
+    """The rule a spec's ``stop_early`` names: None for false, the suite's rule for true."""
+    if stop_early is False:
+        return None
+    return STOPPING_RULES["converged" if stop_early is True else stop_early]
 
 
 class BatchSampler:
