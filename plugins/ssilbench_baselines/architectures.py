@@ -3,6 +3,9 @@
 LC and 5L MLP: Adam lr 1e-3, batch min(512, N) — full batch on D_L up to 512 transitions as
 in the complexity study, and the stochastic-expert study's min(512, |D_U|) on D_U.
 1L CNN and 5L CNN: Adam lr 1e-4, batch min(32, N).
+
+Initialisation is the paper's code's: Xavier-uniform weights and zero biases for the 5L MLP
+and both CNNs, PyTorch's default for the linear classifier (LC).
 """
 
 from __future__ import annotations
@@ -14,6 +17,16 @@ from torch import nn
 from ssilbench.api import Architecture
 from ssilbench_baselines.conv_max import ConvGlobalMax
 from ssilbench_baselines.distinct_rows import RowwiseSequential
+
+
+def xavier(net: nn.Module) -> nn.Module:
+    """Xavier-uniform weights and zero biases for every linear and convolution layer."""
+    for layer in net.modules():
+        if isinstance(layer, nn.Linear | nn.Conv2d):
+            nn.init.xavier_uniform_(layer.weight)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+    return net
 
 
 class _DenseDefaults(Architecture):
@@ -44,7 +57,7 @@ class MLP5(_DenseDefaults):
             layers += [nn.Linear(width, self.hidden), nn.ReLU()]
             width = self.hidden
         layers.append(nn.Linear(width, out))
-        return RowwiseSequential(*layers)
+        return xavier(RowwiseSequential(*layers))
 
 
 class CNN1(Architecture):
@@ -53,7 +66,7 @@ class CNN1(Architecture):
     lr = 1e-4
 
     def build(self, in_shape: tuple[int, ...], out: int) -> nn.Module:
-        return ConvGlobalMax(in_shape[0], out, kernel=3)
+        return xavier(ConvGlobalMax(in_shape[0], out, kernel=3))
 
     def batch_size(self, n: int) -> int:
         return min(32, n)
@@ -81,7 +94,7 @@ class CNN5(Architecture):
             nn.ReLU(),
             nn.Linear(128, out),
         ]
-        return nn.Sequential(*layers)
+        return xavier(nn.Sequential(*layers))
 
     def batch_size(self, n: int) -> int:
         return min(32, n)

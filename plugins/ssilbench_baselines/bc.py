@@ -10,15 +10,20 @@ from pydantic import Field
 from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
 from ssilbench.kit import ClassifierPolicy, unified
 from ssilbench_baselines import common
-from ssilbench_baselines.config import LearningRate, MethodConfig, UnifiedOptions
+from ssilbench_baselines.config import (
+    LearningRate,
+    MethodConfig,
+    StageBatchSize,
+    Standardisation,
+    UnifiedOptions,
+)
 
 
 class BCConfig(MethodConfig):
     arch: ArchitectureName = Field(None, description="Policy network; None = environment default.")
     lr: LearningRate = None
-    batch_size: int | None = Field(
-        None, ge=1, description="Minibatch size; None = architecture's rule for |D_L|."
-    )
+    batch_size: StageBatchSize = None
+    standardise: Standardisation = "none"
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the input (BC rather than BC_G)."
     )

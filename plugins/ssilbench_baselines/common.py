@@ -7,16 +7,19 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from ssilbench.api import Architecture, Method, Policy, RunContext
+from ssilbench.api import Architecture, ConfigError, Method, Policy, RunContext
 from ssilbench.kit import (
     RoleModel,
     RowSource,
+    Standardise,
+    Standardised,
     TransitionFrames,
     build_net,
     fit_classifier,
     fit_classifiers,
     labeled_actions,
     speed_of,
+    trainable,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +36,8 @@ def networks(ctx: RunContext, arch: Architecture, *inputs: InputKind) -> list[nn
     """Networks from ``arch`` with one output per action, one for each of ``inputs``: on
     observations (``"obs"``: a policy) or on (s, s') pairs (``"pair"``: an IDM), without the
     goal features where the config's ``use_goal`` says so. Built in this order under the
-    run's seed, on its device, in the architecture's speed."""
+    run's seed, on its device, in the architecture's speed; each behind its input scaler
+    where the config's ``standardise`` asks for one."""
     spec, use_goal = ctx.spec, ctx.config.use_goal
     with ctx.seeded():
         nets = [
@@ -41,7 +45,34 @@ def networks(ctx: RunContext, arch: Architecture, *inputs: InputKind) -> list[nn
             for kind in inputs
         ]
     speed = speed_of(arch, ctx.device)
-    return [speed.module(net.to(ctx.device)) for net in nets]
+    return [
+        standardised(ctx, kind, speed.module(net.to(ctx.device)))
+        for kind, net in zip(inputs, nets, strict=True)
+    ]
+
+
+def standardised(ctx: RunContext, kind: InputKind, net: nn.Module) -> nn.Module:
+    """``net`` behind the scaler of its inputs over D_L or every transition (the config's
+    ``standardise``), or ``net`` itself when the config asks for raw inputs."""
+    over = ctx.config.standardise
+    if over == "none":
+        return net
+    if len(ctx.spec.obs_shape) != 1:
+        raise ConfigError(
+            f"standardise={over!r} applies to vector observations; this environment's are "
+            f"{ctx.spec.obs_kind}s of shape {tuple(ctx.spec.obs_shape)}. Use standardise=none."
+        )
+    view = ctx.labeled if over == "labeled" else ctx.unlabeled
+    scaler = Standardise.fit(TransitionFrames(view, ctx.device).inputs(kind))
+    return Standardised(scaler.to(ctx.device), net)
+
+
+def batch_size(setting: int | str | None, arch: Architecture, rows: int) -> int:
+    """A stage's minibatch size: the config's number, every row ('full'), or the
+    architecture's rule for ``rows`` (None)."""
+    if setting == "full":
+        return rows
+    return setting or arch.batch_size(rows)
 
 
 def fit_stage(
@@ -52,15 +83,18 @@ def fit_stage(
     targets: RowSource,
     stage: str,
     policy: Policy | None = None,
+    batch: int | str | None = None,
 ) -> None:
     """Fit the classifier ``net`` (built from ``arch``) as the run's ``stage``: the config's
-    learning rate and batch size (None: the architecture's), the stage's own random stream,
-    the run's stopping rule; ``policy`` is evaluated during a policy stage."""
+    learning rate and batch size (``batch`` if given; None: the architecture's), the stage's
+    own random stream, the run's stopping rule; ``policy`` is evaluated during a policy
+    stage. A standardised network's inner part is fitted on the scaled inputs."""
     cfg = ctx.config
+    net, inputs = trainable(net, inputs)
     fit_classifier(
         net, inputs, targets, ctx.plan.stage(stage, policy=policy),
         lr=cfg.lr or arch.lr,
-        batch_size=cfg.batch_size or arch.batch_size(len(inputs)),
+        batch_size=batch_size(batch or cfg.batch_size, arch, len(inputs)),
         seed=ctx.stream_seed(stage),
         rule=ctx.stopping,
         schedule=arch.lr_schedule,
@@ -76,18 +110,21 @@ def fit_stages(
     targets: list[RowSource],
     stage: str,
     policies: list[Policy] | None = None,
+    batch: int | str | None = None,
 ) -> None:
     """:func:`fit_stage` for runs that differ only in budget and seed, stacked into one
     computation."""
     cfg = ctxs[0].config
     evaluated = policies or [None] * len(ctxs)
+    parts = [trainable(net, x) for net, x in zip(nets, inputs, strict=True)]
+    nets, inputs = [net for net, _ in parts], [x for _, x in parts]
     fit_classifiers(
         nets,
         inputs,
         targets,
         [ctx.plan.stage(stage, policy=p) for ctx, p in zip(ctxs, evaluated, strict=True)],
         lr=cfg.lr or arch.lr,
-        batch_sizes=[cfg.batch_size or arch.batch_size(len(x)) for x in inputs],
+        batch_sizes=[batch_size(batch or cfg.batch_size, arch, len(x)) for x in inputs],
         seeds=[ctx.stream_seed(stage) for ctx in ctxs],
         rule=ctxs[0].stopping,
         schedule=arch.lr_schedule,
@@ -102,11 +139,13 @@ def fit_labeled(
     kind: InputKind,
     stage: str,
     policy: Policy | None = None,
+    batch: int | str | None = None,
 ) -> None:
     """:func:`fit_stage` on D_L: ``net`` reads each transition's ``kind`` input (``"obs"``,
     or ``"pair"``: (s, s') stacked, for an IDM) and predicts its action."""
     inputs = TransitionFrames(ctx.labeled, ctx.device).inputs(kind)
-    fit_stage(ctx, arch, net, inputs, labeled_actions(ctx.labeled, ctx.device), stage, policy)
+    actions = labeled_actions(ctx.labeled, ctx.device)
+    fit_stage(ctx, arch, net, inputs, actions, stage, policy, batch)
 
 
 def fit_labeled_stacked(
@@ -116,11 +155,12 @@ def fit_labeled_stacked(
     kind: InputKind,
     stage: str,
     policies: list[Policy] | None = None,
+    batch: int | str | None = None,
 ) -> None:
     """:func:`fit_labeled` for every run, stacked into one computation."""
     inputs = [TransitionFrames(ctx.labeled, ctx.device).inputs(kind) for ctx in ctxs]
     actions = [labeled_actions(ctx.labeled, ctx.device) for ctx in ctxs]
-    fit_stages(ctxs, arch, nets, inputs, actions, stage, policies)
+    fit_stages(ctxs, arch, nets, inputs, actions, stage, policies, batch)
 
 
 class BaselineMethod(Method):

@@ -7,7 +7,7 @@ as JSON).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,8 +24,19 @@ LearningRate = Annotated[
     float | None, Field(gt=0, description="Adam learning rate; None = architecture's.")
 ]
 StageBatchSize = Annotated[
-    int | None,
-    Field(ge=1, description="Minibatch size; None = architecture's rule for each stage's data."),
+    Annotated[int, Field(ge=1)] | Literal["full"] | None,
+    Field(
+        description="Minibatch size; 'full': every row of the stage's data at each step; "
+        "None = architecture's rule for each stage's data."
+    ),
+]
+Standardisation = Annotated[
+    Literal["none", "labeled", "all"],
+    Field(
+        description="Standardise vector inputs (zero mean, unit variance per feature) over "
+        "D_L's inputs ('labeled') or every transition's ('all'), as the maze paper's code "
+        "does; 'none': raw inputs."
+    ),
 ]
 UnifiedOptions = Annotated[
     ArchOptions,

@@ -24,7 +24,13 @@ from ssilbench.kit import (
     unified,
 )
 from ssilbench_baselines import common
-from ssilbench_baselines.config import LearningRate, MethodConfig, StageBatchSize, UnifiedOptions
+from ssilbench_baselines.config import (
+    LearningRate,
+    MethodConfig,
+    StageBatchSize,
+    Standardisation,
+    UnifiedOptions,
+)
 
 
 class IDMLabelingConfig(MethodConfig):
@@ -39,6 +45,10 @@ class IDMLabelingConfig(MethodConfig):
     )
     lr: LearningRate = None
     batch_size: StageBatchSize = None
+    idm_batch_size: StageBatchSize = Field(
+        None, description="The IDM stage's minibatch size; None = batch_size."
+    )
+    standardise: Standardisation = "none"
     use_goal: bool = Field(
         True, description="False: leave the goal features out of the IDM's and the policy's inputs."
     )
@@ -88,7 +98,7 @@ class IDMLabeling(common.BaselineMethod):
         policy = self._networks(ctx, arch)
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
-        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm")
+        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm", batch=ctx.config.idm_batch_size)
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
         u, labels = self._labels(ctx, policy)
@@ -97,7 +107,10 @@ class IDMLabeling(common.BaselineMethod):
 
     def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
         policies = [self._networks(ctx, arch) for ctx in ctxs]
-        common.fit_labeled_stacked(ctxs, arch, [p.idm for p in policies], "pair", "idm")
+        idms = [p.idm for p in policies]
+        common.fit_labeled_stacked(
+            ctxs, arch, idms, "pair", "idm", batch=ctxs[0].config.idm_batch_size
+        )
 
         labeled_u = [self._labels(ctx, p) for ctx, p in zip(ctxs, policies, strict=True)]
         states, labels = [u for u, _ in labeled_u], [y for _, y in labeled_u]

@@ -31,7 +31,13 @@ from ssilbench.kit import (
     unified,
 )
 from ssilbench_baselines import common
-from ssilbench_baselines.config import LearningRate, MethodConfig, StageBatchSize, UnifiedOptions
+from ssilbench_baselines.config import (
+    LearningRate,
+    MethodConfig,
+    StageBatchSize,
+    Standardisation,
+    UnifiedOptions,
+)
 
 
 class VMIDMConfig(MethodConfig):
@@ -47,6 +53,7 @@ class VMIDMConfig(MethodConfig):
     )
     lr: LearningRate = None
     batch_size: StageBatchSize = None
+    standardise: Standardisation = "none"
     use_goal: bool = Field(
         True,
         description="False: the IDM does not see the goal features "
@@ -94,7 +101,7 @@ class VMIDM(common.BaselineMethod):
             speed.module(vm_net), unlabeled.inputs("obs"), unlabeled.inputs("delta"),
             ctx.plan.stage("video_model"),
             lr=cfg.lr or vm_arch.lr,
-            batch_size=cfg.batch_size or vm_arch.batch_size(len(unlabeled)),
+            batch_size=common.batch_size(cfg.batch_size, vm_arch, len(unlabeled)),
             seed=ctx.stream_seed("video_model"),
             rule=ctx.stopping,
             schedule=vm_arch.lr_schedule,

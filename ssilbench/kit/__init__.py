@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
     from ssilbench.train.schedule import WarmupLinear
     from ssilbench.train.speed import Speed
+    from ssilbench.train.standardise import Standardise, Standardised, trainable
     from ssilbench.train.supervised import (
         ClassifierPolicy,
         RegressionVideoModel,
@@ -78,6 +79,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ssilbench.train.loop": ("StoppingRule", "optimise"),
     "ssilbench.train.schedule": ("WarmupLinear",),
     "ssilbench.train.speed": ("Speed",),
+    "ssilbench.train.standardise": ("Standardise", "Standardised", "trainable"),
     "ssilbench.train.supervised": (
         "ClassifierPolicy",
         "RegressionVideoModel",
@@ -121,6 +123,8 @@ __all__ = [
     "Speed",
     "StageBudget",
     "StagePlan",
+    "Standardise",
+    "Standardised",
     "StoppingRule",
     "TransitionFrames",
     "TransitionStore",
@@ -152,6 +156,7 @@ __all__ = [
     "save_atomic",
     "sha256_file",
     "speed_of",
+    "trainable",
     "unified",
     "unlabeled_tensors",
 ]
