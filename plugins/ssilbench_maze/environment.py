@@ -7,11 +7,11 @@ import json
 import math
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ssilbench.api import (
     ConfigError,
@@ -49,10 +49,12 @@ if TYPE_CHECKING:
 GENERATOR = "ssilbench_maze/random-walk-v1"
 TASK_SIZES = {"10x10": 10, "20x20": 20, "50x50": 50}
 # Seed streams of the dataset, kept apart from the layout's stream: start cells (and
-# goals), no-op draws, and the sample of a test set too large to hold whole.
+# goals), no-op draws, the sample of a test set too large to hold whole, and the goal set
+# of ``goals=G``.
 _START_STREAM = 1
 _NOOP_STREAM = 2
 _TEST_STREAM = 3
+_GOALS_STREAM = 4
 TEST_SET_BYTES = 64 << 20
 """Most bytes of stored frames (s and s' together) a test set holds; a larger goal-
 conditioned test set is a seeded uniform sample of its (state, goal) pairs."""
@@ -75,8 +77,8 @@ class MazeOptions(BaseModel):
         "rollouts",
         description="Expert dataset: 'rollouts' = `episodes` expert episodes from uniformly "
         "random start cells; 'states' = the paper's D^full, every feasible non-goal state "
-        "(with goals per episode: every feasible (state, goal) pair) exactly once as a "
-        "transition source.",
+        "(with goals per episode: every feasible (state, goal) pair; with G goals: every "
+        "feasible non-goal state for each of them) `copies` times as a transition source.",
     )
     episodes: int = Field(
         200, ge=1, description="Number of expert episodes when data='rollouts' (else unused)."
@@ -101,18 +103,39 @@ class MazeOptions(BaseModel):
         "action (the paper's stochastic environment); applies to evaluation, the dataset's "
         "next states and the video model's outcomes.",
     )
-    goals: Literal["fixed", "per_episode"] = Field(
+    goals: Literal["fixed", "per_episode"] | Annotated[int, Field(ge=1, strict=True)] = Field(
         "fixed",
         description="'fixed': one goal for the maze; 'per_episode': each episode draws its "
-        "own goal, observed as features (x, y, gx, gy) or drawn in the image.",
+        "own goal among all free cells, observed as features (x, y, gx, gy) or drawn in the "
+        "image; a whole number G: G goal cells drawn from the free cells by maze_seed, each "
+        "episode draws one of them, observed as with 'per_episode' (the paper's number of "
+        "goals study).",
     )
+    copies: int = Field(
+        1,
+        ge=1,
+        description="With data='states', how many times every transition source is stored, "
+        "each copy with its own no-op draw (the paper's samples_mult); only 1 with "
+        "data='rollouts'.",
+    )
+
+    @model_validator(mode="after")
+    def _copies_need_states(self) -> MazeOptions:
+        # Rollouts already draw their own no-ops per episode: copies would only repeat them.
+        if self.copies != 1 and self.data != "states":
+            raise ValueError(
+                f"copies={self.copies} needs data=states (it repeats D^full's transitions); "
+                "with data=rollouts use episodes to grow the dataset"
+            )
+        return self
 
 
 def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     """The options that change the dataset, plus the generator version.
 
-    ``noop`` and ``goals`` appear only when they differ from their defaults, so the datasets
-    of the deterministic fixed-goal mazes keep their keys.
+    ``noop``, ``goals`` and ``copies`` appear only when they differ from their defaults, so
+    the datasets of the deterministic fixed-goal mazes keep their keys (and a whole number of
+    goals is the only key to hold an int under ``goals``).
     """
     key: dict[str, Any] = {
         "generator": GENERATOR,
@@ -127,6 +150,8 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
         key["noop"] = options.noop
     if options.goals != "fixed":
         key["goals"] = options.goals
+    if options.copies != 1:
+        key["copies"] = options.copies
     return key
 
 
@@ -306,33 +331,54 @@ class MazeTask(Task):
         self.task = task
         self.options = options
         self.maze = generate_maze(TASK_SIZES[task], options.maze_seed)
-        per_episode = options.goals == "per_episode"
-        self.tables: GoalTables | None = goal_tables(self.maze.walls) if per_episode else None
+        varies_goal = options.goals != "fixed"
+        self.tables: GoalTables | None = goal_tables(self.maze.walls) if varies_goal else None
+        # The G goals of goals=G (None otherwise), in the order of their dataset blocks.
+        self.goal_cells: np.ndarray | None = (
+            self._draw_goals(self.tables, options.goals)
+            if self.tables is not None and isinstance(options.goals, int)
+            else None
+        )
         self.sampler: FixedGoal | GoalPerEpisode = (
-            GoalPerEpisode(self.tables)
+            GoalPerEpisode(self.tables, self.goal_cells)
             if self.tables is not None
             else FixedGoal.from_expert(self.maze.expert)
         )
-        self.observe = MazeObserver(self.maze, options.state, goal_features=per_episode)
+        self.observe = MazeObserver(self.maze, options.state, goal_features=varies_goal)
         # Dataset rollouts are cut at the default horizon, which depends only on the key.
         self.data_horizon = default_horizon(self.sampler.longest_path, options.noop)
         self.horizon = options.horizon or self.data_horizon
         self._check_size()
         self.spec = self._spec()
 
+    def _draw_goals(self, tables: GoalTables, count: int) -> np.ndarray:
+        """``count`` distinct goals: the first ``count`` of a seeded permutation of the
+        maze's possible goals, so that the goals of G are among those of every larger G."""
+        candidates = tables.goals
+        if count > len(candidates):
+            raise ConfigError(
+                f"maze:{self.task} (maze_seed={self.options.maze_seed}) has "
+                f"{len(candidates)} possible goal cells; goals={count} asks for more."
+            )
+        rng = np.random.Generator(np.random.PCG64([self.options.maze_seed, _GOALS_STREAM]))
+        return candidates[rng.permutation(len(candidates))[:count]]
+
     def _frame_bytes(self) -> int:
         return math.prod(self.observe.space.shape) * np.dtype(self.observe.space.dtype).itemsize
 
     def _check_size(self) -> None:
-        if self.tables is None or self.options.data != "states":
+        if self.options.data != "states":
             return
-        size = self.tables.num_pairs * self._frame_bytes()
+        # Each transition stores at least its source frame; no-ops add end frames on top.
+        frames = len(self.source_pairs[0]) * self.options.copies
+        size = frames * self._frame_bytes()
         if size > STATES_DATASET_BYTES:
             raise ConfigError(
-                f"maze:{self.task} with goals=per_episode, state={self.options.state} and "
-                f"data=states would store {self.tables.num_pairs:,} frames "
-                f"({size / 2**30:.1f} GiB); use state=position, data=rollouts or a smaller "
-                "maze."
+                f"maze:{self.task} with goals={self.options.goals}, "
+                f"copies={self.options.copies}, state={self.options.state} and data=states "
+                f"would store {frames:,} frames ({size / 2**30:.1f} GiB, over the "
+                f"{STATES_DATASET_BYTES / 2**30:g} GiB limit); use state=position, fewer "
+                "copies or goals, data=rollouts or a smaller maze."
             )
 
     def _spec(self) -> EnvSpec:
@@ -349,8 +395,13 @@ class MazeTask(Task):
             metadata["goal"] = list(self.maze.goal_position)
         else:
             metadata["feasible_states"] = len(self.tables.goals)
-            metadata["feasible_pairs"] = self.tables.num_pairs
+            metadata["feasible_pairs"] = len(self.source_pairs[0])
             metadata["goal"] = None
+        # Only where set, so that the datasets of earlier option sets keep their bytes.
+        if self.goal_cells is not None:
+            metadata["goal_cells"] = self.maze.expert.positions(self.goal_cells).tolist()
+        if self.options.copies != 1:
+            metadata["copies"] = self.options.copies
         return cell_world_spec(
             f"maze:{self.task}",
             self.observe,
@@ -386,9 +437,23 @@ class MazeTask(Task):
         return self.tables.next_cells(cells, np.asarray(goals, dtype=np.int64))
 
     def _goals(self) -> np.ndarray:
+        """The goals of the dataset, one block each in this order."""
         if self.tables is None:
             return np.array([self.maze.goal], dtype=np.int64)
-        return self.tables.goals
+        return self.sampler.goals
+
+    @cached_property
+    def source_pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(cell, goal) of every transition source of D^full once: every feasible non-goal
+        state for each goal of the task, goal by goal in :meth:`_goals` order."""
+        if self.tables is None:
+            sources = self.maze.expert.sources
+            return sources, np.full(len(sources), self.maze.goal, dtype=np.int64)
+        if self.goal_cells is None:
+            return self.tables.pairs()
+        blocks = [self.tables.expert(goal).sources for goal in self.goal_cells.tolist()]
+        goals = np.repeat(self.goal_cells, [len(block) for block in blocks])
+        return np.concatenate(blocks), goals
 
     def expert_episodes(self) -> list[tuple[np.ndarray, int]]:
         """The (cells, goal) episodes of the dataset."""
@@ -397,13 +462,18 @@ class MazeTask(Task):
         noop_rng = np.random.Generator(np.random.PCG64([options.maze_seed, _NOOP_STREAM]))
         episodes: list[tuple[np.ndarray, int]] = []
         if options.data == "states":
-            for goal in self._goals().tolist():
-                for path in cover_paths(self.expert(goal)):
-                    if noop > 0.0:
-                        parts = split_at_noops(path, noop_rng.random(len(path) - 1) < noop)
-                    else:
-                        parts = [path]
-                    episodes.extend((part, goal) for part in parts)
+            covers = [(goal, cover_paths(self.expert(goal))) for goal in self._goals().tolist()]
+            # Copy after copy of the whole of D^full; the no-op draws go on from one copy to
+            # the next, so each copy has its own (and copies=1 draws what it always drew).
+            for _ in range(options.copies):
+                for goal, paths in covers:
+                    for path in paths:
+                        if noop > 0.0:
+                            noops = noop_rng.random(len(path) - 1) < noop
+                            parts = split_at_noops(path, noops)
+                        else:
+                            parts = [path]
+                        episodes.extend((part, goal) for part in parts)
             return episodes
         rng = np.random.Generator(np.random.PCG64([options.maze_seed, _START_STREAM]))
         if self.tables is None:
@@ -466,11 +536,11 @@ class MazeTask(Task):
     @cached_property
     def test_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """The (cell, goal) of each test transition: every feasible non-goal state (with goals
-        per episode, every feasible (state, goal) pair, sampled down to TEST_SET_BYTES)."""
+        per episode, every feasible (state, goal) pair; with G goals, every feasible
+        non-goal state for each of them), sampled down to TEST_SET_BYTES where goals vary."""
+        cells, goals = self.source_pairs
         if self.tables is None:
-            sources = self.maze.expert.sources
-            return sources, np.full(len(sources), self.maze.goal, dtype=np.int64)
-        cells, goals = self.tables.pairs()
+            return cells, goals
         limit = max(1, TEST_SET_BYTES // (2 * self._frame_bytes()))
         if len(cells) > limit:
             rng = np.random.Generator(np.random.PCG64([self.options.maze_seed, _TEST_STREAM]))
@@ -503,7 +573,8 @@ class MazeEnvironment(Environment):
     description: ClassVar[str] = (
         "Random mazes (mazelab's random-walk walls) of 11x11, 21x21 and 51x51 cells with a "
         "BFS expert, positions or images, the ground-truth video model, optional no-op "
-        "dynamics and optional goals per episode."
+        "dynamics, optional goals per episode (or a seeded set of G goals) and repeated "
+        "copies of D^full."
     )
     Options: ClassVar[type[BaseModel]] = MazeOptions
     task_class = MazeTask

@@ -160,20 +160,27 @@ class FixedGoal:
 
 class GoalPerEpisode:
     """Each episode draws a goal uniformly, then a start uniformly among the cells != goal
-    that can reach it."""
+    that can reach it.
+
+    The goals are every goal of ``tables``, or the given subset of them (a maze with a
+    fixed set of goals); ``longest_path`` is the longest expert path to any of them.
+    """
 
     varies_goal = True
 
-    def __init__(self, tables: GoalTables) -> None:
+    def __init__(self, tables: GoalTables, goals: np.ndarray | None = None) -> None:
         self.tables = tables
-        self.longest_path = tables.longest_path
-        self._sources = [tables.expert(g).sources for g in tables.goals]
+        self.goals = tables.goals if goals is None else np.asarray(goals, dtype=np.int64)
+        if len(self.goals) == 0:
+            raise ValueError("GoalPerEpisode needs at least one goal")
+        self._sources = [tables.expert(g).sources for g in self.goals]
+        self.longest_path = int(tables.distance[tables.row[self.goals]].max())
 
     def draw(self, rng: np.random.Generator) -> tuple[int, int]:
         """(start, goal) of a new episode."""
-        index = int(rng.integers(len(self.tables.goals)))
+        index = int(rng.integers(len(self.goals)))
         sources = self._sources[index]
-        return int(sources[rng.integers(len(sources))]), int(self.tables.goals[index])
+        return int(sources[rng.integers(len(sources))]), int(self.goals[index])
 
 
 Sampler = FixedGoal | GoalPerEpisode
