@@ -53,6 +53,11 @@ class GridOptions(BaseModel):
         26, ge=1, description="Expert episodes in the dataset, 38 transitions each."
     )
     data_seed: int = Field(0, ge=0, description="Seed of the expert's draws in the dataset.")
+    action_selection: Literal["greedy", "sample"] = Field(
+        "greedy",
+        description="How evaluation rollouts pick actions: 'greedy' = argmax pi(a|s), as the "
+        "paper's code evaluates its policies; 'sample' = draw from pi(a|s) (seeded).",
+    )
 
 
 def open_grid(size: int) -> Maze:
@@ -108,8 +113,9 @@ class GridTask(Task):
             self.observe,
             horizon=self.steps,
             eval_episodes=25,
-            # The expert is stochastic, so its imitators are sampled, not made greedy.
-            action_selection="sample",
+            # The paper's code rolls out argmax actions even though the expert is stochastic
+            # (any optimal path succeeds); 'sample' lets a stochastic imitator act as such.
+            action_selection=options.action_selection,
             success=f"reward 1 on reaching the bottom-right cell within {self.steps} steps",
             metadata={
                 "grid_size": [self.size, self.size],

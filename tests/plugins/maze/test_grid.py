@@ -9,9 +9,11 @@ import torch
 
 from ssilbench.api import Policy, UnknownNameError
 from ssilbench.testing import check_task, load_plugins, rollout_returns
+from ssilbench_maze.expert import ACTION_NAMES
 from ssilbench_maze.grid import DOWN, RIGHT, GridEnvironment, GridTask, expert_episodes
 
 CPU = torch.device("cpu")
+LEFT = ACTION_NAMES.index("left")
 
 
 def load(**options) -> GridTask:
@@ -115,7 +117,7 @@ def test_spec_follows_the_paper_protocol():
     task = load()
     spec = task.spec
     assert spec.env_id == "grid:20x20" and spec.horizon == 38 and spec.eval_episodes == 25
-    assert spec.action_selection == "sample" and spec.num_actions == 4
+    assert spec.action_selection == "greedy" and spec.num_actions == 4
     assert spec.normaliser.name == "success rate"
     assert (spec.normaliser.low, spec.normaliser.high) == (0.0, 1.0)
     assert spec.default_arch == "mlp5" and spec.obs_shape == (2,) and spec.goal_dims == ()
@@ -142,6 +144,38 @@ def test_rollouts_start_top_left_and_only_optimal_play_succeeds():
         assert (returns == 0.0).all()
 
 
+class DetourPolicy(Policy):
+    """Optimal as argmax, but off the borders it steps left with probability 0.3."""
+
+    def probs(self, obs: torch.Tensor) -> torch.Tensor:
+        x, y = obs[:, 0].round(), obs[:, 1].round()
+        out = torch.zeros(len(obs), 4)
+        out[:, RIGHT], out[:, DOWN], out[:, LEFT] = 0.4, 0.3, 0.3
+        right_border, bottom_border = x == 19, (y == 19) & (x < 19)
+        out[right_border] = torch.nn.functional.one_hot(torch.tensor(DOWN), 4).float()
+        out[bottom_border] = torch.nn.functional.one_hot(torch.tensor(RIGHT), 4).float()
+        return out
+
+
+def test_evaluation_is_greedy_by_default_and_samples_on_request(tmp_path):
+    greedy, sampled = load(), load(action_selection="sample")
+    assert greedy.spec.action_selection == "greedy" and sampled.spec.action_selection == "sample"
+    # The choice is evaluation's only: both read the same dataset.
+    assert greedy.data_key == sampled.data_key
+    assert greedy.dataset_path(tmp_path) == sampled.dataset_path(tmp_path)
+    scores = {}
+    for task in (greedy, sampled):
+        spec = task.spec
+        venv = task.make_vec_env(spec.eval_episodes, seed=spec.eval_seed)
+        generator = torch.Generator().manual_seed(0)
+        scores[spec.action_selection] = rollout_returns(
+            venv, DetourPolicy(), spec, spec.eval_seed, CPU, generator
+        ).mean()
+    # Argmax always goes right then down (38 steps, the horizon); a single sampled step left
+    # costs two steps, so sampled rollouts almost never arrive in time.
+    assert scores["greedy"] == 1.0 and scores["sample"] < 0.2
+
+
 def test_options_and_tasks_are_validated():
     with pytest.raises(pydantic.ValidationError):
         GridEnvironment.Options(p_right=1.5)
@@ -149,6 +183,8 @@ def test_options_and_tasks_are_validated():
         GridEnvironment.Options(trajectories=0)
     with pytest.raises(pydantic.ValidationError):
         GridEnvironment.Options(noop=0.1)
+    with pytest.raises(pydantic.ValidationError, match="action_selection"):
+        GridEnvironment.Options(action_selection="argmax")
     with pytest.raises(UnknownNameError, match="20x20"):
         GridEnvironment().load("10x10", GridEnvironment.Options())
     assert GridEnvironment().tasks() == ["20x20"]
