@@ -26,7 +26,7 @@ import numpy as np
 from ssilbench.data.split import budget_sort_key
 from ssilbench.errors import UsageError, did_you_mean
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
-from ssilbench.leaderboard.stats import mean_ci95
+from ssilbench.leaderboard.stats import bootstrap_gap, mean_ci95, t_test_p
 
 if TYPE_CHECKING:
     from ssilbench.plugins import Plugins
@@ -167,12 +167,8 @@ def _gap_interval(
     if all(len(c) == 1 for c in mine + theirs):
         return None
     rng = np.random.Generator(np.random.PCG64(seed))
-
-    def resampled(cell: list[float]) -> np.ndarray:
-        a = np.asarray(cell)
-        return a[rng.integers(0, len(a), (reps, len(a)))].mean(axis=1)
-
-    gaps = np.mean([resampled(m) - resampled(t) for m, t in zip(mine, theirs, strict=True)], 0)
+    cells = [(m, t, False) for m, t in zip(mine, theirs, strict=True)]
+    gaps = bootstrap_gap(cells, reps, rng)
     point = float(np.mean([np.mean(m) - np.mean(t) for m, t in zip(mine, theirs, strict=True)]))
     low, high = np.percentile(gaps, [2.5, 97.5])
     return Interval(point, float(low), float(high))
@@ -230,28 +226,6 @@ def _game(
             game.policy_entropy = float(np.mean(pol[chosen]))
             game.idm_entropy = float(np.mean(idm[chosen]))
     return game
-
-
-def t_test_p(t: float, df: int) -> float:
-    """Two-sided p-value P(|T| >= |t|) of Student's t with ``df`` degrees of freedom, from
-    the closed form for integer df (Abramowitz & Stegun 26.7.3-4), so no SciPy is needed."""
-    if df < 1:
-        raise ValueError("the t-test needs at least one degree of freedom")
-    theta = math.atan(abs(t) / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:
-        term = total = math.cos(theta) if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= 2 * k / (2 * k + 1) * c2
-            total += term
-        inside = 2 / math.pi * (theta + s * total)
-    else:
-        term = total = 1.0
-        for k in range(1, df // 2):
-            term *= (2 * k - 1) / (2 * k) * c2
-            total += term
-        inside = s * total
-    return min(1.0, max(0.0, 1.0 - inside))
 
 
 def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
