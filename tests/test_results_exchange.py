@@ -121,7 +121,7 @@ def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchan
         store.db.row_factory = sqlite3.Row
         expected = [
             {c: json.loads(r[c]) if c in JSON_COLUMNS and r[c] else r[c] for c in COLUMNS}
-            for r in store.db.execute("SELECT * FROM runs ORDER BY rowid")
+            for r in store.db.execute("SELECT * FROM runs ORDER BY run_id")  # sorted by id
         ]
     lines = path.read_text().splitlines()
     assert json.loads(lines[0])["runs"] == 3

@@ -1,4 +1,4 @@
-"""``ssilbench results``: move runs between stores as JSON Lines."""
+"""``ssilbench results``: move runs between stores as JSON Lines (optionally gzipped)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,16 @@ def results() -> None:
 
 @results.command("export")
 @results_option
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="File to write.")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="File to write; gzip-compressed when its name ends in .gz (e.g. runs.jsonl.gz).",
+)
 @click.option("--all", "everything", is_flag=True, help="Failed and unfinished runs too.")
 def results_export(results: str, out: str, everything: bool) -> None:
-    """Write the finished runs (every column) to OUT, one JSON object per line."""
+    """Write the finished runs (every column) to OUT, one JSON object per line, sorted by run
+    id: the same runs give the same bytes. OUT ending in .gz is gzip-compressed."""
     from ssilbench.runner.exchange import export_results
     from ssilbench.runner.results_db import STATUSES, ResultsStore
 

@@ -1,18 +1,24 @@
 """Moving results between machines: a results store as JSON Lines, and merging such files.
 
-The file's first line is a header (``format``, ``version``, the exporting ssilbench); every
-other line is one run with every column of the store. A run id is the hash of its resolved
-spec, so the same run exported from two stores has the same id: merging keeps one copy, and
-two finished copies that disagree are reported as conflicts (the copy already in the store
-stays).
+The file's first line is a header (``format``, ``version``, the exporting ssilbench, the
+number of runs); every other line is one run with every column of the store, the runs
+sorted by run id. A file named ``*.gz`` is gzip-compressed. The same runs exported by the
+same ssilbench give the same bytes (no export time in the header, no time or name in the
+gzip header), so an export kept in a repository only changes when its runs do.
+
+A run id is the hash of its resolved spec, so the same run exported from two stores has the
+same id: merging keeps one copy, and two finished copies that disagree are reported as
+conflicts (the copy already in the store stays).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import json
 import os
-import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,19 +37,31 @@ RESULT_COLUMNS = ("spec", "n_labeled", "score", "final_score", "max_score", "met
                   "timeline", "stages")  # fmt: skip
 
 
+def is_compressed(path: Path) -> bool:
+    """Whether an export at ``path`` is (to be) gzip-compressed: its name ends in ``.gz``."""
+    return Path(path).suffix == ".gz"
+
+
 def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",)) -> int:
-    """Write the runs with these statuses to ``out`` (atomically); returns how many."""
-    rows = [r for r in store.rows(None) if r.status in statuses]
+    """Write the runs with these statuses to ``out`` (atomically; gzip-compressed when its
+    name ends in ``.gz``), sorted by run id; returns how many."""
+    rows = sorted((r for r in store.rows(None) if r.status in statuses), key=lambda r: r.run_id)
     header = {"format": FORMAT, "version": VERSION, "ssilbench": ssilbench.__version__,
-              "exported_at": time.time(), "runs": len(rows)}  # fmt: skip
+              "runs": len(rows)}  # fmt: skip
+    text = "".join(json.dumps(line, sort_keys=True) + "\n"
+                   for line in [header, *(row.to_row() for row in rows)])  # fmt: skip
+    data = text.encode("utf-8")
     out = Path(out)
+    if is_compressed(out):
+        buffer = io.BytesIO()
+        # mtime 0 and no file name: the gzip header would otherwise hold the time and name.
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as f:
+            f.write(data)
+        data = buffer.getvalue()
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(json.dumps(header) + "\n")
-            for row in rows:
-                f.write(json.dumps(row.to_row(), sort_keys=True) + "\n")
+        tmp.write_bytes(data)
         os.replace(tmp, out)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -54,15 +72,34 @@ def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = (
     return len(rows)
 
 
-def read_export(path: Path) -> list[RunRecord]:
-    """Every run of an exported file, checked; a problem names the file and the line."""
-    path = Path(path)
+def _text(path: Path) -> str:
+    """The text of an export (decompressed when its name ends in ``.gz``)."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UsageError(f"{path} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if is_compressed(path):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:  # not gzip, truncated, corrupted
+            reason = "it ends early" if isinstance(exc, EOFError) else str(exc)
+            raise UsageError(
+                f"{path} is not a readable gzip file ({reason}): export it again with "
+                "'ssilbench results export'."
+            ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise UsageError(f"Cannot read {path}: {exc}.") from None
+
+
+def read_export(path: Path) -> list[RunRecord]:
+    """Every run of an exported file (gzip-compressed when its name ends in ``.gz``),
+    checked; a problem names the file and the line."""
+    path = Path(path)
+    lines = _text(path).splitlines()
     if not lines:
         raise UsageError(f"{path} is empty; expected a file written by 'ssilbench results export'.")
     try:
@@ -112,7 +149,8 @@ class MergeSummary:
     unfinished: int = 0  # runs written 'interrupted' (received 'running' or 'interrupted')
 
 
-def _same_result(a: RunRecord, b: RunRecord) -> bool:
+def same_result(a: RunRecord, b: RunRecord) -> bool:
+    """Whether two finished copies of a run hold the same result (see RESULT_COLUMNS)."""
     # Compared as they would be exported, so that the spec is the one recorded.
     mine, theirs = a.to_row(), b.to_row()
     return all(
@@ -151,7 +189,7 @@ def _merge_one(summary: MergeSummary, mine: RunRecord | None, run: RunRecord, so
         summary.added += 1
         return True
     if mine.status == "done" and run.status == "done":
-        if _same_result(mine, run):
+        if same_result(mine, run):
             summary.identical += 1
         else:
             summary.conflicts.append(
