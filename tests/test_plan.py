@@ -132,7 +132,7 @@ def test_unknown_option_suggests_the_right_one(plugins, data_root):
     message = str(info.value)
     assert "'stat' is not a valid key" in message
     assert "Did you mean 'state'?" in message
-    assert "Valid keys: data, episodes" in message and "state" in message
+    assert "Valid keys: copies, data, episodes" in message and "state" in message
 
 
 def test_wrong_option_value(plugins, data_root):
