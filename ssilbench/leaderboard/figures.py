@@ -19,10 +19,20 @@ if TYPE_CHECKING:
 
 @dataclass
 class Series:
-    """One method's curve in one panel: budget label -> per-seed values."""
+    """One method's curve in one panel: budget label -> per-seed values, and the seed of
+    each value where known (``seeds[budget][i]`` is the seed of ``points[budget][i]``)."""
 
     label: str
     points: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    seeds: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def by_seed(self, budget: str) -> dict[int, float] | None:
+        """Seed -> value at ``budget``; None unless every value's seed is known and no seed
+        has two values (then the values cannot be paired with another method's by seed)."""
+        values, seeds = self.points.get(budget, []), self.seeds.get(budget, [])
+        if not values or len(seeds) != len(values) or len(set(seeds)) != len(seeds):
+            return None
+        return dict(zip(seeds, values, strict=True))
 
     def summary(self) -> list[tuple[str, float, float | None, int]]:
         rows = []
@@ -42,7 +52,8 @@ def collect(
     records: list[RunRecord], panels_of: dict[str, str], metric: str, display
 ) -> list[Panel]:
     """Group finished run records into panels (``panels_of``: design id -> panel title,
-    from :func:`ssilbench.runner.sweepfile.panel_titles`)."""
+    from :func:`ssilbench.runner.sweepfile.panel_titles`). Methods and values keep the order
+    of ``records``."""
     panels: dict[str, Panel] = {}
     for record in records:
         title = panels_of.get(record.design_id)
@@ -53,7 +64,9 @@ def collect(
             continue
         panel = panels.setdefault(title, Panel(title))
         name = display(record.method_label)
-        panel.series.setdefault(name, Series(name)).points[record.budget].append(float(value))
+        series = panel.series.setdefault(name, Series(name))
+        series.points[record.budget].append(float(value))
+        series.seeds[record.budget].append(record.seed)
     return [panels[t] for t in sorted(panels, key=list(panels_of.values()).index)]
 
 
@@ -71,14 +84,23 @@ def pyplot() -> Any:
     return plt
 
 
+# No creation date, no software version in the files, and SVG element ids from a fixed salt
+# rather than a random one: the same figure drawn again is the same bytes, so regenerated
+# figures only show up in a diff when they changed.
+_METADATA = {".png": {"Date": None, "Software": None}, ".svg": {"Date": None}}
+_SVG_SALT = "ssilbench"
+
+
 def save(fig: Any, out: Path) -> list[Path]:
-    """Write ``out``.png and ``out``.svg, close the figure; returns their paths."""
+    """Write ``out``.png and ``out``.svg (the same bytes for the same figure), close the
+    figure; returns their paths."""
     plt = pyplot()
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        for path in paths:
-            fig.savefig(path, dpi=130)
+        with plt.rc_context({"svg.hashsalt": _SVG_SALT}):
+            for path in paths:
+                fig.savefig(path, dpi=130, metadata=_METADATA[path.suffix])
     except OSError as exc:  # no half-written figure stays behind
         for path in paths:
             with suppress(OSError):
