@@ -1,20 +1,123 @@
-"""Replication reports: each study's figure, its numbers and the paper's claims, checked."""
+"""Replication reports: each study's figure, its numbers and the paper's claims, checked.
+
+A claim holds only when the seeds establish it: each check has a one-sided test at level
+:data:`ALPHA` that supports the claim and one that refutes it, and its verdict is
+
+- **held** when the supporting test succeeds everywhere the claim speaks of (every selected
+  panel, every budget it names): a conjunction of tests each at level ALPHA is a test at
+  level ALPHA of the conjunction, so no correction is needed;
+- **not held** when the refuting test succeeds somewhere, at level ALPHA / k for k places
+  (Bonferroni: one counterexample among k looks is otherwise found too easily);
+- **not established** otherwise (too few seeds, too much spread, or a difference too small
+  for the seeds run);
+- **not checked** when the results the claim needs are missing.
+
+The checks (seeds are the values of one method at one budget in one panel; ``EPS`` = 1e-9):
+
+- ``reaches``: at the method's largest budget in each selected panel. Supports: at least two
+  seeds and every seed >= threshold - EPS. Refutes: one-sample one-sided t-test of
+  mean < threshold.
+- ``never_reaches``: at every budget of each selected panel. Supports: one-sample one-sided
+  t-test of mean < threshold (the one-sided 95% upper confidence bound is below the
+  threshold). Refutes: at least two seeds and every seed >= threshold - EPS.
+- ``beats``: at the ``budgets`` smallest budgets both methods ran, in each selected panel.
+  Supports: one-sided t-test of method > other; refutes: of other > method. Paired (the
+  per-seed differences) where both methods ran the same seeds once each, since runs of one
+  seed share the labeled subset; Welch's otherwise (degrees of freedom rounded down).
+- ``gap_grows``: the gap (method − other, averaged over those budgets) in each selected
+  panel, panel against the next. Supports: the gap of the next panel is larger; refutes: it
+  is smaller. One-sided bootstrap p-values, p = (1 + #{D* <= 0}) / (R + 1) for "larger"
+  and (1 + #{D* >= 0}) / (R + 1) for "smaller", over R = 2000 replicates D* of the
+  difference of the two gaps, seeds resampled within each cell (jointly where paired),
+  generator seeded with 0; every cell needs at least two seeds.
+
+Without spread (every seed equal), a t statistic is undefined: a difference in the tested
+direction then counts as established (p = 0), none as not (p = 1).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssilbench.leaderboard.figures import Panel
+import numpy as np
+
+from ssilbench.data.split import budget_sort_key
+from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
+from ssilbench.leaderboard.figures import Panel, Series
 from ssilbench.leaderboard.render import md_escape
+from ssilbench.leaderboard.stats import (
+    Cell,
+    TTest,
+    bootstrap_gap,
+    one_sample_t,
+    paired_t,
+    welch_t,
+)
 from ssilbench.runner.sweepfile import Claim, SweepFile
+
+ALPHA = 0.05
+EPS = 1e-9
+HELD, NOT_HELD, NOT_ESTABLISHED, NOT_CHECKED = (
+    "held",
+    "not held",
+    "not established",
+    "not checked",
+)
+OUTCOMES = (HELD, NOT_HELD, NOT_ESTABLISHED, NOT_CHECKED)
+# The "held" column of the claim table.
+MARKS = {HELD: "yes", NOT_HELD: "**no**", NOT_ESTABLISHED: "not established",
+         NOT_CHECKED: "not checked"}  # fmt: skip
+
+RULES = (
+    "How claims are judged: a claim is held only when the seeds establish it, by one-sided "
+    f"tests at level {ALPHA} everywhere it speaks of (every selected panel and budget); "
+    f"not held when the opposite is established somewhere (at level {ALPHA} / k for k "
+    "places); not established otherwise; not checked when its results are missing. "
+    "`reaches`: every seed (two or more) at the largest budget is at least the threshold; "
+    "refuted by a one-sample t-test of mean < threshold. `never_reaches`: a one-sample "
+    "t-test of mean < threshold at every budget; refuted where every seed (two or more) "
+    "reaches it. `beats`: a t-test of method > other at each claimed budget, paired by seed "
+    "where both ran the same seeds, Welch's otherwise (degrees of freedom rounded down); "
+    "refuted by other > method. `gap_grows`: the gap to the other method (mean over the "
+    "claimed budgets) is larger in each panel than in the one before, by a bootstrap test "
+    f"({BOOTSTRAP_REPS} resamples of the seeds within each cell, seed {BOOTSTRAP_SEED}, "
+    "p = (1 + #resampled differences <= 0) / (resamples + 1)); refuted where it is smaller. "
+    "Every seed equal (no spread): a difference in the tested direction is established "
+    "(p = 0), none is not (p = 1)."
+)
 
 
 @dataclass
 class Verdict:
     claim: Claim
-    held: bool | None  # None: the results needed to check it are missing
+    outcome: str  # one of OUTCOMES
     evidence: str
+    statistic: str = ""  # the test that decided, e.g. "p = 0.003 (paired t, n = 5)"
+
+    @property
+    def held(self) -> bool | None:
+        """True held, False not held, None not established or not checked."""
+        return {HELD: True, NOT_HELD: False}.get(self.outcome)
+
+
+@dataclass
+class _Place:
+    """One place a claim speaks of (a panel, or a panel and a budget) and its tests."""
+
+    where: str
+    note: str  # the numbers, for the evidence column
+    supports: float | None  # p-value for the claim; None: no test there
+    refutes: float | None  # p-value against it
+    how: str  # the test, e.g. "paired t, n = 5"
+
+
+def p_text(p: float) -> str:
+    if p == 0.0:
+        return "p = 0 (no spread)"
+    # Small ones in scientific notation: exact, and free of '<', which Markdown escapes.
+    return f"p = {p:.1e}" if p < 0.001 else f"p = {p:.3f}"
 
 
 def _selected(panels: list[Panel], claim: Claim) -> list[Panel]:
@@ -23,45 +126,193 @@ def _selected(panels: list[Panel], claim: Claim) -> list[Panel]:
     return [p for prefix in claim.panels for p in panels if p.title.startswith(prefix)]
 
 
-def _means(panel: Panel, label: str) -> list[tuple[str, float]] | None:
-    series = panel.series.get(label)
-    return None if series is None else [(b, m) for b, m, _, _ in series.summary()]
+def _decide(claim: Claim, places: list[_Place], every: str, extra: str = "") -> Verdict:
+    """The verdict of tests at ``places``: held when each supports the claim at ALPHA, not
+    held when one refutes it at ALPHA / k; the statistic shown is the deciding test
+    (``every``: what "held" means here, for the statistic)."""
+    evidence = "; ".join(f"{p.where}: {p.note}" for p in places) + extra
+    k = len(places)
+    refuting = [p for p in places if p.refutes is not None and p.refutes < ALPHA / k]
+    if refuting:
+        worst = min(refuting, key=lambda p: p.refutes or 0.0)
+        shown = p_text(worst.refutes or 0.0)
+        bound = f", below {ALPHA}/{k}" if k > 1 else f", below {ALPHA}"
+        return Verdict(claim, NOT_HELD, evidence,
+                       f"against, at {worst.where}: {shown}{bound} ({worst.how})")  # fmt: skip
+    untested = [p for p in places if p.supports is None]
+    if untested:
+        return Verdict(claim, NOT_ESTABLISHED, evidence,
+                       f"no test at {untested[0].where} ({untested[0].how})")  # fmt: skip
+    weakest = max(places, key=lambda p: p.supports or 0.0)
+    outcome = HELD if (weakest.supports or 0.0) < ALPHA else NOT_ESTABLISHED
+    where = f", the largest of {k}" if k > 1 else ""
+    statistic = f"{p_text(weakest.supports or 0.0)} ({weakest.how}){where}"
+    if outcome == HELD and every:
+        statistic = every
+    elif outcome == NOT_ESTABLISHED:
+        statistic = f"at {weakest.where}: {statistic}"
+    return Verdict(claim, outcome, evidence, statistic)
+
+
+def _n_text(counts: list[int]) -> str:
+    low, high = min(counts), max(counts)
+    return f"n = {low}" if low == high else f"n = {low}–{high}"
+
+
+def _reached(values: list[float], threshold: float) -> bool:
+    return len(values) >= 2 and min(values) >= threshold - EPS
+
+
+def _reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
+    places, counts = [], []
+    for panel in chosen:
+        series = panel.series[claim.method]
+        budget = max(series.points, key=budget_sort_key)
+        values = series.points[budget]
+        below = one_sample_t(values, claim.threshold)
+        hit = sum(v >= claim.threshold - EPS for v in values)
+        counts.append(len(values))
+        places.append(_Place(
+            panel.title,
+            f"{below.estimate + claim.threshold:.3f} at N_L={budget}, {hit} of {len(values)} "
+            f"seeds ≥ {claim.threshold:.3f}",
+            0.0 if _reached(values, claim.threshold) else 1.0 if len(values) >= 2 else None,
+            below.p_less, below.describe(),
+        ))  # fmt: skip
+    verdict = _decide(claim, places, f"every seed ≥ {claim.threshold:.3f} in {len(places)} "
+                                     f"panel(s) ({_n_text(counts)})")  # fmt: skip
+    if verdict.outcome == NOT_ESTABLISHED and all(p.supports is not None for p in places):
+        # Reaching is a rule on the seeds, not a p-value: name the closest refutation.
+        best = min(places, key=lambda p: 1.0 if p.refutes is None else p.refutes)
+        p = "no test" if best.refutes is None else p_text(best.refutes)
+        verdict.statistic = (f"not every seed reaches {claim.threshold:.3f}; mean below it: "
+                             f"{p} at {best.where} ({best.how})")  # fmt: skip
+    return verdict
+
+
+def _never_reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
+    places = []
+    for panel in chosen:
+        series = panel.series[claim.method]
+        for budget in sorted(series.points, key=budget_sort_key):
+            values = series.points[budget]
+            below = one_sample_t(values, claim.threshold)
+            places.append(_Place(
+                f"{panel.title}, N_L={budget}",
+                f"{below.estimate + claim.threshold:.3f}",
+                below.p_less, 0.0 if _reached(values, claim.threshold) else 1.0,
+                below.describe(),
+            ))  # fmt: skip
+    verdict = _decide(claim, places, "")
+    if verdict.outcome == NOT_HELD:  # refuted by a rule on the seeds, not by a p-value
+        where = next(p for p in places if p.refutes == 0.0)
+        verdict.statistic = (f"every seed reaches {claim.threshold:.3f} at {where.where} "
+                             f"({where.how})")  # fmt: skip
+    verdict.evidence = _short(places, "mean")
+    return verdict
+
+
+def _short(places: list[_Place], what: str) -> str:
+    """Evidence for many budgets: per panel, the best value (the table has the rest)."""
+    best: dict[str, tuple[str, str]] = {}
+    for p in places:
+        panel, budget = p.where.rsplit(", N_L=", 1)
+        if panel not in best or float(p.note) > float(best[panel][0]):
+            best[panel] = (p.note, budget)
+    return "; ".join(f"{panel}: best {what} {v} (N_L={b})" for panel, (v, b) in best.items())
+
+
+def _compare(mine: Series, theirs: Series, budget: str) -> TTest:
+    """Method against other at one budget: paired by seed where both ran the same seeds."""
+    a, b = mine.by_seed(budget), theirs.by_seed(budget)
+    if a is not None and b is not None and a.keys() == b.keys() and len(a) >= 2:
+        seeds = sorted(a)
+        return paired_t([a[s] for s in seeds], [b[s] for s in seeds])
+    return welch_t(mine.points[budget], theirs.points[budget])
+
+
+def _low_budgets(claim: Claim, mine: Series, theirs: Series) -> list[str]:
+    shared = [b for b in mine.points if b in theirs.points]
+    return sorted(shared, key=budget_sort_key)[: claim.budgets]
+
+
+def _beats(claim: Claim, chosen: list[Panel]) -> Verdict:
+    places = []
+    for panel in chosen:
+        mine, theirs = panel.series[claim.method], panel.series[claim.other]
+        budgets = _low_budgets(claim, mine, theirs)
+        if not budgets:
+            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no budget both methods ran")
+        for budget in budgets:
+            test = _compare(mine, theirs, budget)
+            shown = "" if test.p_greater is None else f" ({p_text(test.p_greater)})"
+            places.append(_Place(f"{panel.title}, N_L={budget}", f"{test.estimate:+.3f}{shown}",
+                                 test.p_greater, test.p_less, test.describe()))  # fmt: skip
+    return _decide(claim, places, "")
+
+
+def _cells(claim: Claim, panel: Panel) -> list[Cell]:
+    mine, theirs = panel.series[claim.method], panel.series[claim.other]
+    cells: list[Cell] = []
+    for budget in _low_budgets(claim, mine, theirs):
+        a, b = mine.by_seed(budget), theirs.by_seed(budget)
+        if a is not None and b is not None and a.keys() == b.keys():
+            seeds = sorted(a)
+            cells.append(([a[s] for s in seeds], [b[s] for s in seeds], True))
+        else:
+            cells.append((mine.points[budget], theirs.points[budget], False))
+    return cells
+
+
+def _gap_grows(claim: Claim, chosen: list[Panel]) -> Verdict:
+    if len(chosen) < 2:
+        return Verdict(claim, NOT_CHECKED, "a growing gap needs two panels or more")
+    per_panel = [_cells(claim, panel) for panel in chosen]
+    for panel, cells in zip(chosen, per_panel, strict=True):
+        if not cells:
+            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no budget both methods ran")
+    gaps = [float(np.mean([np.mean(a) - np.mean(b) for a, b, _ in cells])) for cells in per_panel]
+    testable = all(len(a) >= 2 and len(b) >= 2 for cells in per_panel for a, b, _ in cells)
+    rng = np.random.Generator(np.random.PCG64(BOOTSTRAP_SEED))
+    boots = [bootstrap_gap(cells, BOOTSTRAP_REPS, rng) for cells in per_panel] if testable else []
+    places = []
+    for i in range(1, len(chosen)):
+        change = gaps[i] - gaps[i - 1]
+        grows = shrinks = None
+        if testable:
+            d = boots[i] - boots[i - 1]
+            grows = (1 + int(np.sum(d <= 0))) / (BOOTSTRAP_REPS + 1)
+            shrinks = (1 + int(np.sum(d >= 0))) / (BOOTSTRAP_REPS + 1)
+        note = f"{change:+.3f}" + ("" if grows is None else f" ({p_text(grows)})")
+        seeds = _n_text([min(len(a), len(b)) for c in (per_panel[i - 1], per_panel[i])
+                         for a, b, _ in c])  # fmt: skip
+        how = f"bootstrap, {seeds}" if testable else f"fewer than two seeds in a cell, {seeds}"
+        places.append(_Place(f"{chosen[i - 1].title} → {chosen[i].title}", note, grows,
+                             shrinks, how))  # fmt: skip
+    extra = "; mean gaps in panel order: " + ", ".join(f"{g:+.3f}" for g in gaps)
+    return _decide(claim, places, "", extra)
+
+
+CHECKS: dict[str, Callable[[Claim, list[Panel]], Verdict]] = {
+    "reaches": _reaches,
+    "never_reaches": _never_reaches,
+    "beats": _beats,
+    "gap_grows": _gap_grows,
+}
 
 
 def check(claim: Claim, panels: list[Panel]) -> Verdict:
+    """The verdict on ``claim`` from the seeds in ``panels`` (see the module's docstring)."""
     chosen = _selected(panels, claim)
     if not chosen:
-        return Verdict(claim, None, "no panel of the results matches")
-    notes, results = [], []
-    gaps: list[float] = []
+        return Verdict(claim, NOT_CHECKED, "no panel of the results matches")
     for panel in chosen:
-        mine = _means(panel, claim.method)
-        theirs = _means(panel, claim.other) if claim.other else None
-        if mine is None or (claim.other and theirs is None):
-            return Verdict(claim, None, f"{panel.title}: no results for the methods named")
-        if claim.check == "reaches":
-            budget, value = mine[-1]
-            results.append(value >= claim.threshold - 1e-9)
-            notes.append(f"{panel.title}: {value:.3f} at N_L={budget}")
-        elif claim.check == "never_reaches":
-            best = max(value for _, value in mine)
-            results.append(best < claim.threshold - 1e-9)
-            notes.append(f"{panel.title}: best {best:.3f}")
-        else:
-            other = dict(theirs or [])
-            low = [(b, v) for b, v in mine if b in other][: claim.budgets]
-            diffs = [v - other[b] for b, v in low]
-            if claim.check == "beats":
-                results.append(bool(diffs) and all(d > 0 for d in diffs))
-            gaps.append(sum(diffs) / max(1, len(diffs)))
-            notes.append(
-                f"{panel.title}: "
-                + ", ".join(f"N_L={b}: {d:+.3f}" for (b, _), d in zip(low, diffs, strict=True))
-            )
-    if claim.check == "gap_grows":
-        results.append(all(b >= a - 1e-9 for a, b in zip(gaps, gaps[1:], strict=False)))
-        notes.append("mean gaps in panel order: " + ", ".join(f"{g:+.3f}" for g in gaps))
-    return Verdict(claim, all(results), "; ".join(notes))
+        named = [claim.method, *([claim.other] if claim.other else [])]
+        if any(not panel.series.get(name, Series(name)).points for name in named):
+            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results for the methods named")
+    if claim.check in ("beats", "gap_grows") and not claim.other:
+        return Verdict(claim, NOT_CHECKED, f"'{claim.check}' needs the other method named")
+    return CHECKS[claim.check](claim, chosen)
 
 
 def _table(panel: Panel) -> list[str]:
@@ -70,8 +321,6 @@ def _table(panel: Panel) -> list[str]:
         for b, *_ in series.summary():
             if b not in budgets:
                 budgets.append(b)
-    from ssilbench.data.split import budget_sort_key
-
     budgets.sort(key=budget_sort_key)
     lines = [
         f"**{md_escape(panel.title)}**",
@@ -93,22 +342,33 @@ def _table(panel: Panel) -> list[str]:
 
 
 def study_section(
-    sweep_file: SweepFile, path: Path, panels: list[Panel], figure: Path | None, command: str
+    sweep_file: SweepFile,
+    path: str,
+    panels: list[Panel],
+    figure: Path | None,
+    command: str,
+    provenance: Sequence[str] = (),
+    source: str = "the results store",
 ) -> tuple[list[str], list[Verdict]]:
+    """A study's section of the report (``path``: the sweep file as the reader should type
+    it; ``provenance``: lines on how its runs were made; ``source``: where runs are looked
+    for, in words) and its verdicts."""
     verdicts = [check(claim, panels) for claim in sweep_file.claim]
     lines = [f"## {md_escape(sweep_file.title or sweep_file.name)}", ""]
     if sweep_file.description:
         lines += [sweep_file.description, ""]
     lines += [f"Sweep file: `{path}`. Runs: `{command}`.", ""]
+    for line in provenance:
+        lines += [line, ""]
     if not panels:
-        lines += ["No run of this study is in the results store yet: its claims are unchecked.", ""]
+        lines += [f"No run of this study is in {source} yet: its claims are unchecked.", ""]
     if figure is not None:
         lines += [f"![{sweep_file.name}]({figure.as_posix()})", ""]
     if verdicts:
-        lines += ["| claim (paper) | held | evidence |", "|---|---|---|"]
+        lines += ["| claim (paper) | held | statistic | evidence |", "|---|---|---|---|"]
         for v in verdicts:
-            mark = {True: "yes", False: "**no**", None: "not checked"}[v.held]
-            lines.append(f"| {md_escape(v.claim.text)} | {mark} | {md_escape(v.evidence)} |")
+            lines.append(f"| {md_escape(v.claim.text)} | {MARKS[v.outcome]} | "
+                         f"{md_escape(v.statistic)} | {md_escape(v.evidence)} |")  # fmt: skip
         lines.append("")
     lines.append(f"Metric: {sweep_file.metric}; mean over seeds ± 95% t-interval.")
     lines.append("")
