@@ -1,5 +1,5 @@
 """``ssilbench plot``, ``report`` and ``analyze``: figures and reports from the results
-store, over :mod:`ssilbench.leaderboard.studies` and
+store (``report`` also from results exports), over :mod:`ssilbench.leaderboard.studies` and
 :mod:`ssilbench.leaderboard.analysis_output`."""
 
 from __future__ import annotations
@@ -38,14 +38,26 @@ def plot(state: State, sweeps, quick, results, out) -> None:
 
 
 @click.command()
-@study_options
+@sweep_file_option("Sweep file(s) of the studies.", several=True)
+@quick_option("The files' [quick] variants.")
+@click.option("--results", default=None, help="Results directory to read the runs from.")
+@click.option(
+    "--from",
+    "exports",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="A file of 'ssilbench results export' (.jsonl or .jsonl.gz) to read the runs from, "
+    "instead of --results; may be repeated.",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Markdown file.")
 @click.pass_obj
-def report(state: State, sweeps, quick, results, out) -> None:
-    """Write a replication report: figures, numbers and the paper's claims, checked."""
-    from ssilbench.leaderboard.studies import write_report
+def report(state: State, sweeps, quick, results, exports, out) -> None:
+    """Write a replication report: figures, numbers and the paper's claims, checked. The runs
+    come from a results store (--results) or from results exports (--from), exactly one."""
+    from ssilbench.leaderboard.studies import RunSource, write_report
 
-    target, figures = write_report(state.plugins, sweeps, results, quick, out)
+    source = RunSource(results=results, exports=tuple(exports))
+    target, figures = write_report(state.plugins, sweeps, source, quick, out)
     click.echo(f"wrote {target} and figures in {figures}", err=True)
 
 

@@ -4,8 +4,13 @@ they are written to."""
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import shlex
 from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +19,7 @@ from ssilbench.errors import UsageError, safe_file_name
 if TYPE_CHECKING:
     from ssilbench.leaderboard.figures import Panel
     from ssilbench.plugins import Plugins
+    from ssilbench.runner.results_db import RunRecord
     from ssilbench.runner.sweepfile import SweepFile
 
 
@@ -26,23 +32,155 @@ def study_panels(plugins: Plugins, path: str, quick: bool) -> tuple[SweepFile, d
     return sweep_file, panel_titles(plugins, sweep_file, quick)
 
 
+def shown(path: str | Path) -> str:
+    """A path as a report prints it: relative to the working folder when it is under it (a
+    report must not depend on where the checkout lies), with '/' separators."""
+    p = Path(path)
+    if p.is_absolute():
+        with suppress(ValueError):
+            p = p.relative_to(Path.cwd())
+    return p.as_posix()
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where a report's runs come from: a results store (``results``) or the files of
+    ``ssilbench results export`` (``exports``); exactly one of the two."""
+
+    results: str | None = None
+    exports: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.results is not None and self.exports:
+            raise UsageError(
+                "Give the runs either as a results store (--results DIR) or as results "
+                "exports (--from FILE), not both."
+            )
+        if self.results is None and not self.exports:
+            raise UsageError(
+                "Say where the runs are: --results DIR (a results store) or --from FILE (a "
+                "file of 'ssilbench results export'; repeat --from for several)."
+            )
+
+    def kind(self) -> str:
+        if self.results is not None:
+            return "the results store"
+        return "the results export" + ("s" if len(self.exports) > 1 else "")
+
+    def words(self) -> str:
+        names = [self.results] if self.results is not None else self.exports
+        return f"{self.kind()} {', '.join(shown(f) for f in names)}"
+
+    def flags(self) -> list[str]:
+        if self.results is not None:
+            return ["--results", shown(self.results)]
+        return [arg for f in self.exports for arg in ("--from", shown(f))]
+
+    def records(self) -> list[RunRecord]:
+        """The finished runs. Exports may overlap (a run is kept once); two finished copies
+        of a run with different results are refused, as a merge would report them."""
+        if self.results is not None:
+            from ssilbench.runner.results_db import ResultsStore
+
+            with ResultsStore.open_read_only(Path(self.results)) as store:
+                return store.rows("done")
+        from ssilbench.runner.exchange import read_export, same_result
+
+        runs: dict[str, tuple[str, RunRecord]] = {}
+        for name in self.exports:
+            for run in read_export(Path(name)):
+                if run.status != "done":
+                    continue
+                if run.run_id not in runs:
+                    runs[run.run_id] = (name, run)
+                elif not same_result(runs[run.run_id][1], run):
+                    raise UsageError(
+                        f"{name} and {runs[run.run_id][0]} hold different results of one run "
+                        f"({run.method_label} on {run.env_label}, N_L={run.budget}, seed "
+                        f"{run.seed}, run {run.run_id[:12]}): 'ssilbench results merge' both "
+                        "into a store to see the conflict, and export the one to keep."
+                    )
+        return [run for _, run in runs.values()]
+
+
+def study_runs(
+    plugins: Plugins, path: str, quick: bool, records: list[RunRecord]
+) -> tuple[SweepFile, dict[str, str], list[RunRecord]]:
+    """A sweep file, its panel titles (see :func:`study_panels`) and those of ``records``
+    that are its runs, in the order of its plan (block, method, environment, budget, seed),
+    whatever order the records came in: a report from a store and one from its export are
+    the same."""
+    sweep_file, titles = study_panels(plugins, path, quick)
+    order = {design: i for i, design in enumerate(titles)}
+    mine = sorted((r for r in records if r.design_id in order),
+                  key=lambda r: (order[r.design_id], r.run_id))  # fmt: skip
+    return sweep_file, titles, mine
+
+
 def load_study(
     plugins: Plugins, path: str, results: str, quick: bool, allow_empty: bool = False
 ) -> tuple[SweepFile, list[Panel]]:
     """A sweep file and the panels of its finished runs in the store at ``results``; no
     finished run is a UsageError unless ``allow_empty``."""
     from ssilbench.leaderboard.figures import collect
-    from ssilbench.runner.results_db import ResultsStore
 
-    sweep_file, titles = study_panels(plugins, path, quick)
-    with ResultsStore.open_read_only(Path(results)) as store:
-        records = [r for r in store.rows("done") if r.design_id in titles]
-    if not records and not allow_empty:
+    records = RunSource(results=results).records()
+    sweep_file, titles, runs = study_runs(plugins, path, quick, records)
+    if not runs and not allow_empty:
         raise UsageError(
             f"No finished runs of {path} in {results}: run 'ssilbench run --sweep {path}"
             f"{' --quick' if quick else ''}' first (same --results)."
         )
-    return sweep_file, collect(records, titles, sweep_file.metric, sweep_file.display)
+    return sweep_file, collect(runs, titles, sweep_file.metric, sweep_file.display)
+
+
+def _seconds(value: float) -> str:
+    text = f"{value:,.0f} s" if value >= 10 else f"{value:.1f} s"
+    return text + (f" ({value / 3600:.1f} h)" if value >= 3600 else "")
+
+
+def _counted(groups: dict[str, int]) -> str:
+    return ", ".join(f"{name} ({count} run{'s' if count != 1 else ''})"
+                     for name, count in groups.items())  # fmt: skip
+
+
+def provenance(sweep_file: SweepFile, quick: bool, runs: list[RunRecord]) -> list[str]:
+    """How a study's runs were made, from what the runs recorded: the protocol, the code
+    revision(s), the machine(s) and the wall time."""
+    from ssilbench.leaderboard.render import md_escape
+
+    if quick and sweep_file.quick is not None:
+        changes = sweep_file.quick.model_dump(exclude_none=True)
+        settings = ", ".join(f"{k} = {json.dumps(v, sort_keys=True)}" for k, v in changes.items())
+        lines = [f"Protocol: the fast one, the file's [quick] overrides ({settings}) of its "
+                 f"protocol '{sweep_file.protocol}'."]  # fmt: skip
+    else:
+        lines = [f"Protocol: {sweep_file.protocol}."]
+    if not runs:
+        return lines
+    # Revisions in the order they were first used; runs without a start time come last.
+    by_start = sorted(runs, key=lambda r: (r.started_at is None, r.started_at or 0.0, r.run_id))
+    revisions: dict[str, int] = {}
+    machines: dict[str, int] = {}
+    for r in by_start:
+        git = (r.versions or {}).get("git")
+        revision = f"git {md_escape(str(git))}" if git else "not recorded"
+        revisions[revision] = revisions.get(revision, 0) + 1
+        machine = (r.device or "device not recorded") + (f" on host {r.host}" if r.host else "")
+        machine = md_escape(machine)  # recorded text, printed as Markdown
+        machines[machine] = machines.get(machine, 0) + 1
+    lines.append(f"Revision: {_counted(revisions)}.")
+    lines.append(f"Machine: {_counted(machines)}.")
+    durations = [r.wall_time for r in runs if r.wall_time is not None]
+    starts = [r.started_at for r in runs if r.started_at is not None]
+    ends = [r.finished_at for r in runs if r.finished_at is not None]
+    wall = (f"{_seconds(math.fsum(durations))} summed over the durations of "
+            + (f"{len(durations)} of the {len(runs)} runs (the others recorded none)"
+               if len(durations) < len(runs) else f"the {len(runs)} runs"))  # fmt: skip
+    if starts and ends:
+        wall += f"; {_seconds(max(ends) - min(starts))} from the first start to the last finish"
+    lines.append(f"Wall time: {wall}.")
+    return lines
 
 
 def figure_name(sweep_file: SweepFile, quick: bool) -> str:
@@ -65,39 +203,50 @@ def plot_study(plugins: Plugins, path: str, results: str, quick: bool, folder: P
 
 
 def write_report(
-    plugins: Plugins, paths: Sequence[str], results: str, quick: bool, out: str
+    plugins: Plugins, paths: Sequence[str], source: RunSource, quick: bool, out: str
 ) -> tuple[Path, Path]:
     """Write the replication report of the studies in ``paths`` to ``out`` (Markdown), with
-    their figures in a ``figures`` folder beside it; (report, figures folder)."""
+    their figures in a ``figures`` folder beside it; (report, figures folder). The report
+    depends only on the sweep files and the runs: not on the time, nor on where it is."""
+    from ssilbench.leaderboard.figures import collect
     from ssilbench.leaderboard.render import write_replacing
-    from ssilbench.leaderboard.report import study_section
+    from ssilbench.leaderboard.report import NOT_CHECKED, OUTCOMES, RULES, study_section
 
     target = Path(out)
     figures = target.parent / "figures"
+    records = source.records()
+    command = ["ssilbench", "report", *(a for p in paths for a in ("--sweep", shown(p))),
+               *(["--quick"] if quick else []), *source.flags(), "--out", shown(out)]  # fmt: skip
     lines = [
         "# Replication report",
         "",
-        "Generated from the results store by:",
+        f"Generated from {source.words()} by:",
         "",
         "```",
-        "ssilbench report " + " ".join(f"--sweep {p}" for p in paths)
-        + (" --quick" if quick else "") + f" --out {out}",
+        shlex.join(command),
         "```",
         "",
-    ]  # fmt: skip
-    tally = {True: 0, False: 0, None: 0}
+        RULES,
+        "",
+    ]
+    tally = dict.fromkeys(OUTCOMES, 0)
     for path in paths:
-        sweep_file, panels = load_study(plugins, path, results, quick, allow_empty=True)
-        command = f"ssilbench run --sweep {path}" + (" --quick" if quick else "")
+        sweep_file, titles, runs = study_runs(plugins, path, quick, records)
+        panels = collect(runs, titles, sweep_file.metric, sweep_file.display)
+        run_command = shlex.join(["ssilbench", "run", "--sweep", shown(path),
+                                  *(["--quick"] if quick else [])])  # fmt: skip
         figure = None
         if panels:
             png, _ = draw_study(sweep_file, panels, quick, figures)
             figure = Path(os.path.relpath(png, target.parent))
-        section, verdicts = study_section(sweep_file, Path(path), panels, figure, command)
+        section, verdicts = study_section(
+            sweep_file, shown(path), panels, figure, run_command,
+            provenance(sweep_file, quick, runs), source.kind(),
+        )  # fmt: skip
         lines += section
         for v in verdicts:
-            tally[v.held] += 1
-    lines.insert(2, f"Claims held: {tally[True]}, not held: {tally[False]}, "
-                    f"not checked: {tally[None]}.\n")  # fmt: skip
+            tally[v.outcome] += 1
+    counts = ", ".join(f"{name}: {tally[name]}" for name in OUTCOMES if name != NOT_CHECKED)
+    lines.insert(2, f"Claims {counts}, {NOT_CHECKED}: {tally[NOT_CHECKED]}.\n")
     write_replacing(target, "\n".join(lines), "Choose another --out path.")
     return target, figures
