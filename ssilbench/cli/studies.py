@@ -40,7 +40,7 @@ def plot(state: State, sweeps, quick, results, out) -> None:
 @click.command()
 @sweep_file_option("Sweep file(s) of the studies.", several=True)
 @quick_option("The files' [quick] variants.")
-@click.option("--results", default=None, help="Results directory to read the runs from.")
+@results_option
 @click.option(
     "--from",
     "exports",
@@ -56,7 +56,11 @@ def report(state: State, sweeps, quick, results, exports, out) -> None:
     come from a results store (--results) or from results exports (--from), exactly one."""
     from ssilbench.leaderboard.studies import RunSource, write_report
 
-    source = RunSource(results=results, exports=tuple(exports))
+    # The default --results (or SSILBENCH_RESULTS) does not count: the command a report
+    # prints must name where its runs came from, so one of the two is given explicitly.
+    given = click.get_current_context().get_parameter_source("results")
+    explicit = given is click.core.ParameterSource.COMMANDLINE
+    source = RunSource(results=results if explicit else None, exports=tuple(exports))
     target, figures = write_report(state.plugins, sweeps, source, quick, out)
     click.echo(f"wrote {target} and figures in {figures}", err=True)
 
