@@ -203,13 +203,17 @@ class QuickOverrides(BaseModel):
 
 
 class Claim(BaseModel):
-    """A statement of the paper, checked against a study's results.
+    """A statement of the paper, checked against a study's results on its seeds
+    (``ssilbench.leaderboard.report``: one-sided tests at level 0.05, paired by seed where
+    both methods ran the same seeds; the verdict is held, not held, not established or not
+    checked).
 
-    ``reaches``: ``method``'s mean at the largest budget is at least ``threshold`` in every
-    selected panel. ``never_reaches``: its mean stays below ``threshold`` at every budget.
-    ``beats``: ``method``'s mean exceeds ``other``'s at the ``budgets`` smallest budgets in
-    every panel. ``gap_grows``: the mean gap method − other over those budgets does not
-    shrink from one selected panel to the next (panels in the order of ``panels``).
+    ``reaches``: every seed of ``method`` at the largest budget is at least ``threshold`` in
+    every selected panel. ``never_reaches``: its mean is established below ``threshold`` at
+    every budget. ``beats``: ``method`` is established above ``other`` at the ``budgets``
+    smallest budgets in every panel. ``gap_grows``: the gap method − other over those
+    budgets is established to grow from one selected panel to the next (panels in the order
+    of ``panels``; a bootstrap over seeds).
     """
 
     model_config = _STRICT
