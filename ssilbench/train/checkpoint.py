@@ -77,13 +77,18 @@ class RunCheckpoints:
         payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state()}
         save_atomic(payload, self._path(stage))
 
-    def load(self, stage: str) -> dict[str, Any] | None:
+    def load(self, stage: str, format: str | None = None) -> dict[str, Any] | None:
+        """The stage's saved state, timeline and torch generator restored; None (nothing
+        restored) when there is none, it is damaged, or it was written by another trainer:
+        ``format`` is the ``"format"`` entry its trainer saves (None: ``optimise``'s)."""
         path = self._path(stage)
         if not path.is_file():
             return None
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # a damaged checkpoint: the stage starts over
+            return None
+        if state.get("format") != format:  # another trainer's state: the stage starts over
             return None
         self.timeline[:] = state.pop("timeline")
         torch.set_rng_state(state.pop("torch_rng"))
