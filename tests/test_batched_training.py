@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ssilbench.api import Stage
-from ssilbench.train.batched import _width_groups, fit_classifiers
+from ssilbench.train.batched import fit_classifiers, padded_width
 from ssilbench.train.budget import StagePlan
 from ssilbench.train.loop import StoppingRule
 from ssilbench.train.supervised import fit_classifier
@@ -64,16 +64,9 @@ def test_stacked_runs_match_runs_trained_alone_even_as_runs_leave_the_stack():
             assert torch.allclose(pa, pb, atol=1e-9)
 
 
-def test_width_groups_bound_the_padding():
-    widths = [64, 1273, 127, 955, 64, 32, 32, 255]
-    groups = _width_groups(widths)
-    assert sorted(r for g in groups for r in g) == list(range(len(widths)))
-    for g in groups:
-        assert max(widths[r] for r in g) <= 1.5 * min(widths[r] for r in g)
-    assert [widths[r] for r in groups[0]] == [32, 32]
-
-
-@pytest.mark.parametrize("widths", [[5], [5, 5, 5], [1, 100]])
-def test_width_groups_edge_cases(widths):
-    groups = _width_groups(widths)
-    assert sorted(r for g in groups for r in g) == list(range(len(widths)))
+def test_padded_widths_depend_on_the_width_alone_and_bound_the_padding():
+    widths = range(1, 3000)
+    padded = [padded_width(w) for w in widths]
+    assert all(w <= p <= max(8, 1.25 * w) for w, p in zip(widths, padded, strict=True))
+    assert padded == sorted(padded)  # a wider run never gets fewer rows
+    assert [padded_width(w) for w in (8, 9, 33, 64, 65, 1273)] == [8, 10, 40, 64, 80, 1280]

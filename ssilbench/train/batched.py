@@ -4,22 +4,44 @@ The paper's maze studies train hundreds of tiny networks (seeds x label budgets 
 Each is far too small to keep a CPU busy, so runs that share an architecture are stacked:
 their parameters get a leading run axis (``torch.func.stack_module_state``) and one
 ``vmap``-ed forward pass serves all of them. The loss is the *sum* of the runs' own losses
-and Adam is elementwise, so every run follows exactly the updates it would get alone.
+and Adam is elementwise, so every run follows the updates it would get alone.
+
+A run's result must not depend on which other runs happen to be trained with it, so every
+run trained here, a group of one included, takes this same path, and a group is canonical:
+
+- a run's rows (and minibatch) are padded to a width that is a function of its own size
+  (:func:`padded_width`), and only runs of the same widths, shapes and progress share a
+  group: float reductions over rows group their terms by the row count, so padding to the
+  widest run of a group would make a run's sums depend on the others;
+- a module's fast path (``stacked_encode``) encodes each run's data on its own (its own
+  table of distinct rows, padded likewise), never one table for the group;
+- Adam is written with elementwise operations only (:class:`StackedAdam`): the fused and
+  ``lerp``/``addcmul`` kernels treat a vectorised body and a scalar tail differently, so
+  an element's update would depend on its position in the stacked tensor;
+- the stopping rule's full training loss is taken run by run.
+
+Batched ``vmap`` kernels then compute each run's block on its own: on CPU, with a fixed
+torch version and thread count, a run's numbers are the same whatever it is stacked with,
+alone, in a pool worker, or resumed from a checkpoint (the run's training state is saved
+every ``checkpoints.every`` steps, as ``ssilbench.train.loop.optimise`` does).
 
 Runs that stop early (``ssilbench.train.loop.StoppingRule``) leave the stack while the
 others go on.
 
-A module may bring its own stacked computation: ``stacked_encode(inputs, batch)`` turns the
-runs' input tensors into rows once, knowing the group's widest minibatch (or returns None to
-decline), and
-``stacked_forward(params, rows, context)`` computes every run's outputs from its stacked
-parameters; it must compute the same function as the module's own forward.
+A module may bring its own stacked computation: ``stacked_encode(inputs, batch)`` turns
+input tensors into rows of a table (its context) once, knowing the minibatch size (or
+returns None to decline), and ``stacked_forward(params, rows, context)`` computes every
+copy's outputs from its stacked parameters; it must compute the same function as the
+module's own forward. Here each run is encoded on its own and the copies are ``vmap``-ed
+over their own tables.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -29,16 +51,22 @@ from torch.func import functional_call, stack_module_state
 
 from ssilbench.data.batches import RowSource, float_bytes, materialise
 from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import BatchSampler, StoppingRule, adam
+from ssilbench.train.loop import BatchSampler, StoppingRule
 from ssilbench.train.memo import StageCache, reusable, stage_key
-from ssilbench.train.schedule import WarmupLinear, set_lr
+from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.speed import FLOAT32, Speed
 from ssilbench.train.supervised import fit_classifier
 
 STACK_BYTES = 512 * 2**20
-"""Runs are stacked only when their inputs and targets, as floats, fit in this many bytes;
-larger runs (images at the paper's scale) train one after the other, each reading its
-minibatches from the store."""
+"""Runs are stacked only when their inputs and targets, as floats, fit in this many bytes
+(a larger run, images at the paper's scale, trains on its own, reading its minibatches from
+the store); stacked runs are materialised this many bytes at a time."""
+
+TRAINER = "classifier:stacked"
+"""The stage cache's name for a classifier trained here (the arithmetic differs from
+``fit_classifier``'s, so their entries must not stand in for each other)."""
+
+CHECKPOINT_FORMAT = "stacked"
 
 
 class Stacked(nn.Module):
@@ -63,11 +91,30 @@ class Stacked(nn.Module):
         params, buffers = self._state()
         if self.context is not None:
             return self._template[0].stacked_forward(params, x, self.context)
+        return self.apply_to(params, buffers, x)
 
-        def one(p, b, xi):
-            return functional_call(self._template[0], (p, b), (xi,))
+    def apply_to(
+        self,
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        tables: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The copies whose stacked parameters are ``params`` on ``x`` (R, B, ...); with
+        ``tables`` (R, U, ...), ``x`` holds rows of each copy's own ``stacked_encode`` table."""
+        template = self._template[0]
+        if tables is None:
 
-        return torch.vmap(one)(params, buffers, x)
+            def one(p, b, xi):
+                return functional_call(template, (p, b), (xi,))
+
+            return torch.vmap(one)(params, buffers, x)
+
+        def own(p, rows, table):
+            single = {k: v.unsqueeze(0) for k, v in p.items()}
+            return template.stacked_forward(single, rows.unsqueeze(0), table).squeeze(0)
+
+        return torch.vmap(own)(params, x, tables)
 
     def unstack(self, nets: list[nn.Module]) -> list[nn.Module]:
         """Copy the trained parameters back into the original modules (returned)."""
@@ -79,15 +126,175 @@ class Stacked(nn.Module):
         return nets
 
 
-def _padded(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack ragged per-run tensors on a new run axis; the mask marks real rows."""
-    longest = max(len(t) for t in tensors)
+def padded_width(n: int) -> int:
+    """The rows a run's data or minibatch of ``n`` rows is padded to: a function of ``n``
+    alone, at most a quarter more (up to 8 rows, exactly ``n``)."""
+    if n <= 8:
+        return n
+    step = 1 << (n.bit_length() - 3)
+    return -(-n // step) * step
+
+
+def _padded(tensors: list[torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack ragged per-run tensors on a new run axis, ``length`` rows each (at least each
+    one's own); the mask marks real rows."""
+    longest = max(length, *(len(t) for t in tensors))
     out = tensors[0].new_zeros((len(tensors), longest, *tensors[0].shape[1:]))
     mask = torch.zeros(len(tensors), longest, dtype=torch.bool, device=tensors[0].device)
     for r, t in enumerate(tensors):
         out[r, : len(t)] = t
         mask[r, : len(t)] = True
     return out, mask
+
+
+class StackedAdam:
+    """Adam (PyTorch's defaults) on stacked parameters, which it moves into one flat buffer
+    (so that a step is a dozen operations, however many tensors the network has). Only
+    multiplications, additions, square roots and divisions of whole tensors: each is
+    correctly rounded in a kernel's vectorised body and in its scalar tail alike, so an
+    element's update does not depend on where the runs stacked with it put it (the fused
+    kernel and ``lerp``/``addcmul`` treat the two differently)."""
+
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        lr: float,
+        steps: int = 0,
+        moments: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.params = params
+        self.lr = lr
+        self.steps = steps
+        self.betas = betas
+        self.eps = eps
+        self.sizes = [p.numel() for p in params]
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params])
+        with torch.no_grad():
+            for p, view in zip(params, self._views(self.flat), strict=True):
+                p.data = view
+        if moments is None:
+            self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
+        else:
+            self.exp_avg, self.exp_avg_sq = (torch.cat([t.reshape(-1) for t in m]) for m in moments)
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return [v.view_as(p) for v, p in zip(flat.split(self.sizes), self.params, strict=True)]
+
+    def moments(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The first and second moments, shaped as the parameters."""
+        return self._views(self.exp_avg), self._views(self.exp_avg_sq)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        b1, b2 = self.betas
+        self.steps += 1
+        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
+        self.exp_avg.mul_(b1).add_(grad * (1 - b1))
+        self.exp_avg_sq.mul_(b2).add_(grad.mul_(grad).mul_(1 - b2))
+        denom = self.exp_avg_sq.sqrt().mul_(1 / math.sqrt(1 - b2**self.steps)).add_(self.eps)
+        update = torch.div(self.exp_avg, denom).mul_(self.lr / (1 - b1**self.steps))
+        self.flat.sub_(update)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run of a stacked fit: its data (or its fast path's rows and table), sampler and
+    optimiser state while it is out of a group."""
+
+    net: nn.Module
+    x: torch.Tensor  # inputs, or rows of ``table``
+    y: torch.Tensor
+    budget: StageBudget
+    sampler: BatchSampler
+    table: torch.Tensor | None = None
+    previous: float = float("inf")  # the stopping rule's last full loss
+    moments: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return padded_width(self.sampler.batch_size)
+
+    @property
+    def full(self) -> bool:
+        return self.sampler.batch_size >= len(self.x)
+
+    def group_key(self) -> tuple:
+        """Runs with equal keys compute the same shapes in lockstep: only they share a group."""
+        table = None if self.table is None else (tuple(self.table.shape), self.table.dtype)
+        return (self.width, self.full, tuple(self.x.shape[1:]), self.x.dtype,
+                tuple(self.y.shape[1:]), self.y.dtype, table, self.budget.used)  # fmt: skip
+
+
+class _Group:
+    """The stacked state of the runs still training: modules, Adam moments, padded data."""
+
+    def __init__(self, runs: list[_Run], lr: float) -> None:
+        self.runs = runs
+        self.width = runs[0].width
+        self.full = runs[0].full
+        self.x, self.mask = _padded([r.x for r in runs], self.width)
+        self.y, _ = _padded([r.y for r in runs], self.width)
+        self.tables = None if runs[0].table is None else torch.stack([r.table for r in runs])
+        self.counts = self.mask.sum(1).cpu()
+        self.stacked = Stacked([r.net for r in runs])
+        self.names = list(self.stacked.params)
+        params = [self.stacked.params[k] for k in self.names]
+        moments = None
+        if runs[0].moments:
+            moments = tuple(
+                [torch.stack([r.moments[k][j] for r in runs]) for k in self.names]
+                for j in (0, 1)
+            )  # fmt: skip
+        self.optimiser = StackedAdam(params, lr, runs[0].budget.used, moments)
+
+    def forward(self, x: torch.Tensor, member: tuple | None = None) -> torch.Tensor:
+        """Every run's outputs on ``x``, or with ``member`` (from :meth:`member`) one run's."""
+        if member is not None:
+            return self.stacked.apply_to(*member[:2], x, member[2])
+        params, buffers = self.stacked._state()
+        return self.stacked.apply_to(params, buffers, x, self.tables)
+
+    def store(self, runs: list[_Run] | None = None) -> None:
+        """Copy the parameters and Adam moments of ``runs`` (all: None) back into them."""
+        self.stacked.unstack([r.net for r in self.runs])
+        with torch.no_grad():
+            for i, run in enumerate(self.runs):
+                if runs is None or run in runs:
+                    first, second = self.optimiser.moments()
+                    run.moments = {
+                        k: (m[i].clone(), v[i].clone())
+                        for k, m, v in zip(self.names, first, second, strict=True)
+                    }
+
+    def member(self, i: int) -> tuple[dict, dict, torch.Tensor | None]:
+        """Run i's parameters, buffers (and table) alone, as a group of one holds them."""
+        params, buffers = self.stacked._state()
+        single = {k: v[i : i + 1].detach().clone() for k, v in params.items()}
+        own = {k: v[i : i + 1] for k, v in buffers.items()}
+        table = None if self.tables is None else self.tables[i : i + 1]
+        return single, own, table
+
+    def checkpoint(self, i: int) -> dict[str, Any]:
+        """Run i's training state, for ``RunCheckpoints.save``."""
+        run = self.runs[i]
+        adam = self.optimiser
+        moments = dict(zip(self.names, zip(*adam.moments(), strict=True), strict=True))
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "params": {k: self.stacked.params[k][i].detach().cpu().clone() for k in self.names},
+            "exp_avg": {k: m[i].cpu().clone() for k, (m, _) in moments.items()},
+            "exp_avg_sq": {k: v[i].cpu().clone() for k, (_, v) in moments.items()},
+            "sampler": run.sampler.state(),
+            "used": run.budget.used,
+            "global_step": run.budget.plan.global_step,
+            "previous": run.previous,
+        }
 
 
 def fit_classifiers(
@@ -106,149 +313,126 @@ def fit_classifiers(
     """Train R classifiers (hard or soft targets) together until their budgets are spent or
     the stopping rule stops them. ``budgets[r]`` is run r's stage budget (it ticks).
 
-    Runs are stacked in groups of similar batch width (a full-batch run of 64 rows padded
-    to 1,273 would cost 20 times its own work), one group after the other; inside a group,
-    runs that have stopped leave the stack at the next check, so the compute follows the
-    runs still training. Runs whose stage was trained before (``ssilbench.train.memo``) are
-    restored instead; a stage another process is training now is waited for afterwards
-    (never while this one holds a stage), then restored or trained here."""
-    if sum(map(float_bytes, inputs)) + sum(map(float_bytes, targets)) > STACK_BYTES:
-        for r, net in enumerate(nets):
-            fit_classifier(net, inputs[r], targets[r], budgets[r], lr=lr,
-                           batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
-                           schedule=schedule, speed=speed)  # fmt: skip
-        return
+    Runs are stacked in groups of equal padded width (a full-batch run of 64 rows padded to
+    1,273 would cost 20 times its own work, and padding would change its sums), one group
+    after the other; inside a group, runs that have stopped leave the stack at the next
+    check, so the compute follows the runs still training. Runs whose stage was trained
+    before (``ssilbench.train.memo``) are restored instead; a stage another process is
+    training now is waited for afterwards (never while this one holds a stage), then
+    restored or trained here. A run's result is the same whichever runs it is given with."""
+    settings = dict(lr=lr, batch_sizes=batch_sizes, seeds=seeds, rule=rule, schedule=schedule,
+                    speed=speed)  # fmt: skip
+    streamed = [r for r in range(len(nets))
+                if float_bytes(inputs[r]) + float_bytes(targets[r]) > STACK_BYTES]  # fmt: skip
+    for r in streamed:
+        fit_classifier(nets[r], inputs[r], targets[r], budgets[r], lr=lr,
+                       batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
+                       schedule=schedule, speed=speed)  # fmt: skip
     keys: dict[int, tuple[StageCache, str]] = {}
     later: list[int] = []
     with contextlib.ExitStack() as held:
         for r, budget in enumerate(budgets):
-            cache = reusable(budget)
+            cache = None if r in streamed else reusable(budget)
             if cache is None:
                 continue
-            key = stage_key(cache, "classifier", nets[r], inputs[r], targets[r], budget, lr=lr,
+            key = stage_key(cache, TRAINER, nets[r], inputs[r], targets[r], budget, lr=lr,
                             batch_size=batch_sizes[r], seed=seeds[r], rule=rule,
                             schedule=schedule, speed=speed)  # fmt: skip
+            keys[r] = (cache, key)
             if held.enter_context(cache.lease(key, wait=False)) is None:
                 later.append(r)  # another process trains it now: wait for it afterwards
-            elif not cache.restore(key, nets[r], budget):
-                keys[r] = (cache, key)
-        todo = [r for r, b in enumerate(budgets) if not b.reused and r not in later]
-        _fit_stacked(nets, inputs, targets, budgets, todo, lr=lr, batch_sizes=batch_sizes,
-                     seeds=seeds, rule=rule, schedule=schedule, speed=speed)  # fmt: skip
-        for r, (cache, key) in keys.items():
-            cache.save(key, nets[r], budgets[r])
+            elif cache.restore(key, nets[r], budget):
+                del keys[r]
+        todo = [r for r, b in enumerate(budgets)
+                if r not in streamed and not b.reused and r not in later]  # fmt: skip
+        _fit_stacked(nets, inputs, targets, budgets, todo, **settings)
+        for r in todo:
+            if r in keys:
+                keys[r][0].save(keys[r][1], nets[r], budgets[r])
     for r in later:
-        fit_classifier(nets[r], inputs[r], targets[r], budgets[r], lr=lr,
-                       batch_size=batch_sizes[r], seed=seeds[r], rule=rule, schedule=schedule,
-                       speed=speed)  # fmt: skip
+        cache, key = keys[r]
+        with cache.lease(key):
+            if not cache.restore(key, nets[r], budgets[r]):
+                _fit_stacked(nets, inputs, targets, budgets, [r], **settings)
+                cache.save(key, nets[r], budgets[r])
 
 
 def _fit_stacked(nets, inputs, targets, budgets, todo: list[int], **settings) -> None:
-    """The runs ``todo`` stacked, in groups of similar batch width, on materialised data."""
-    if not todo:
+    """The runs ``todo`` on materialised data, at most STACK_BYTES at a time, in groups of
+    runs that compute the same shapes."""
+    chunk: list[int] = []
+    held = 0
+    for r in todo:
+        size = float_bytes(inputs[r]) + float_bytes(targets[r])
+        if chunk and held + size > STACK_BYTES:
+            _fit_chunk(nets, inputs, targets, budgets, chunk, **settings)
+            chunk, held = [], 0
+        chunk.append(r)
+        held += size
+    if chunk:
+        _fit_chunk(nets, inputs, targets, budgets, chunk, **settings)
+
+
+def _fit_chunk(
+    nets, inputs, targets, budgets, todo: list[int], *, lr, batch_sizes, seeds, rule,
+    schedule=None, speed=FLOAT32,
+) -> None:  # fmt: skip
+    encode = getattr(nets[todo[0]], "stacked_encode", None)
+    encoded: dict[tuple[int, int], Any] = {}  # one encoding per input tensor and width
+    groups: dict[tuple, list[_Run]] = {}
+    for r in todo:
+        x, y = materialise(inputs[r]), materialise(targets[r])
+        # The same minibatches as `optimise` draws for a run trained alone.
+        run = _Run(nets[r], x, y, budgets[r], BatchSampler(len(x), batch_sizes[r], seeds[r]))
+        if encode is not None:
+            memo = (id(x), run.sampler.batch_size)
+            if memo not in encoded:
+                encoded[memo] = encode([x], run.sampler.batch_size)
+            if encoded[memo] is not None:
+                [rows], table = encoded[memo]
+                run.x, run.table = rows, _padded([table], padded_width(len(table)))[0][0]
+        _resume(run)
+        groups.setdefault(run.group_key(), []).append(run)
+    for runs in groups.values():
+        _fit_group(runs, lr=lr, rule=rule, schedule=schedule, speed=speed)
+
+
+def _resume(run: _Run) -> None:
+    """Continue the run from its checkpoint of this stage, if it has one."""
+    budget = run.budget
+    checkpoints = budget.plan.checkpoints
+    if checkpoints is None:
         return
-    batch_sizes = settings.pop("batch_sizes")
-    seeds = settings.pop("seeds")
-    x = {r: materialise(inputs[r]) for r in todo}
-    y = {r: materialise(targets[r]) for r in todo}
-    widths = [min(batch_sizes[r], len(x[r])) for r in todo]
-    for local in _width_groups(widths):
-        group = [todo[i] for i in local]
-        _fit_group(
-            [nets[r] for r in group],
-            [x[r] for r in group],
-            [y[r] for r in group],
-            [budgets[r] for r in group],
-            batch_sizes=[batch_sizes[r] for r in group],
-            seeds=[seeds[r] for r in group],
-            **settings,
-        )
-
-
-def _width_groups(widths: list[int], slack: float = 1.5) -> list[list[int]]:
-    """Run indices grouped so that no run's batch is padded beyond ``slack`` times its width."""
-    groups: list[list[int]] = []
-    for r in sorted(range(len(widths)), key=lambda r: widths[r]):
-        if groups and widths[r] <= slack * widths[groups[-1][0]]:
-            groups[-1].append(r)
-        else:
-            groups.append([r])
-    return groups
-
-
-class _Group:
-    """The stacked state of the runs still training: modules, Adam moments, padded data."""
-
-    def __init__(
-        self, nets, inputs, targets, samplers, lr: float, runs: list[int], context: Any = None
-    ) -> None:
-        self.runs = runs  # positions in the caller's lists
-        self.context = context
-        self.nets = [nets[r] for r in runs]
-        self.samplers = [samplers[r] for r in runs]
-        self.x, self.mask = _padded([inputs[r] for r in runs])
-        self.y, _ = _padded([targets[r] for r in runs])
-        self.counts = self.mask.sum(1).cpu()
-        self.sizes = torch.tensor([s.batch_size for s in self.samplers])
-        self.full = bool((self.sizes >= self.counts).all())
-        self.stacked = Stacked(self.nets, context)
-        self.optimiser = adam(list(self.stacked.parameters()), lr)
-
-    def without(self, gone: list[int], nets, inputs, targets, samplers, lr: float) -> _Group:
-        """The same group minus the runs in ``gone``, moments carried over (Adam is elementwise,
-        so the remaining runs' updates do not change)."""
-        self.stacked.unstack(self.nets)
-        keep = [i for i, r in enumerate(self.runs) if r not in gone]
-        runs = [self.runs[i] for i in keep]
-        smaller = _Group(nets, inputs, targets, samplers, lr, runs, self.context)
-        index = torch.tensor(keep, device=self.x.device)
-        old = list(self.stacked.parameters())
-        for before, after in zip(old, smaller.stacked.parameters(), strict=True):
-            state = self.optimiser.state.get(before)
-            if not state:
-                continue
-            smaller.optimiser.state[after] = {
-                k: v.index_select(0, index).clone() if v.dim() and v.shape[0] == len(self.runs)
-                else v.clone()
-                for k, v in state.items()
-            }  # fmt: skip
-        return smaller
+    state = checkpoints.load(budget.stage.name, CHECKPOINT_FORMAT)
+    if state is None:
+        return
+    with torch.no_grad():
+        for name, value in run.net.named_parameters():
+            value.copy_(state["params"][name.replace(".", "/")])
+    run.moments = {k: (state["exp_avg"][k], state["exp_avg_sq"][k]) for k in state["exp_avg"]}
+    run.sampler.load_state(state["sampler"])
+    budget.used, budget.plan.global_step = state["used"], state["global_step"]
+    budget.resumed_from = budget.used
+    run.previous = state["previous"]
 
 
 def _fit_group(
-    nets: list[nn.Module],
-    inputs: list[torch.Tensor],
-    targets: list[torch.Tensor],
-    budgets: list[StageBudget],
+    runs: list[_Run],
     *,
     lr: float,
-    batch_sizes: list[int],
-    seeds: list[int],
     rule: StoppingRule | None,
     schedule: WarmupLinear | None = None,
     speed: Speed = FLOAT32,
 ) -> None:
-    soft = targets[0].is_floating_point()
-    totals = {b.stage.steps for b in budgets}
+    soft = runs[0].y.is_floating_point()
+    totals = {r.budget.stage.steps for r in runs}
     if schedule is not None and len(totals) > 1:
         raise ValueError("a learning-rate schedule needs equal stage steps across stacked runs")
-    # The same minibatches, run by run, as `optimise` draws for a run trained alone.
-    samplers = [
-        BatchSampler(len(x), size, seed)
-        for x, size, seed in zip(inputs, batch_sizes, seeds, strict=True)
-    ]
-    context = None
-    encode = getattr(nets[0], "stacked_encode", None)
-    width = max(min(size, len(x)) for size, x in zip(batch_sizes, inputs, strict=True))
-    if encode is not None and (encoded := encode(inputs, width)) is not None:
-        inputs, context = encoded  # encoded once; runs leaving the stack keep their rows
-    g = _Group(nets, inputs, targets, samplers, lr, list(range(len(nets))), context)
-    last_loss = {r: float("inf") for r in g.runs}
-    steps = max(b.remaining for b in budgets)
+    g = _Group(runs, lr)
 
-    def losses(rows_x, rows_y, rows_mask, with_accuracy=False):
+    def losses(rows_x, rows_y, rows_mask, member=None, with_accuracy=False):
         with speed.autocast():
-            logits = g.stacked(rows_x)
+            logits = g.forward(rows_x, member)
         logits = logits.float() if speed.enabled else logits
         if soft:
             per = -(rows_y * F.log_softmax(logits, dim=-1)).sum(-1)
@@ -263,52 +447,61 @@ def _fit_group(
         right = ((logits.argmax(-1) == wanted) & rows_mask).sum(1) / count
         return loss.cpu(), right.cpu()
 
-    for step in range(1, steps + 1):
-        if g.full:
-            batch_x, batch_y, batch_mask = g.x, g.y, g.mask
-        else:
-            batch_x, batch_y, batch_mask = _minibatch(g)
-        optimiser = g.optimiser
-        first = budgets[g.runs[0]]
-        set_lr(optimiser, lr, schedule, first.used, first.stage.steps)
-        optimiser.zero_grad(set_to_none=True)
-        losses(batch_x, batch_y, batch_mask).sum().backward()
-        optimiser.step()
-        if any(_evaluates_next(budgets[r]) for r in g.runs):
-            g.stacked.unstack(g.nets)  # periodic evaluation reads the runs' own modules
-        for r in g.runs:
-            budgets[r].tick()
-        gone = [r for r in g.runs if budgets[r].remaining == 0]
-        if rule is not None and step % rule.check_every == 0:
-            with torch.no_grad():
-                current, accuracy = losses(g.x, g.y, g.mask, with_accuracy=True)
-            stopping = [
-                r for i, r in enumerate(g.runs)
-                if r not in gone and rule.converged(last_loss[r], float(current[i]),
-                                                    float(accuracy[i]))
-            ]  # fmt: skip
-            last_loss.update({r: float(current[i]) for i, r in enumerate(g.runs)})
+    while True:
+        budget = g.runs[0].budget  # the runs of a group are in lockstep
+        if schedule is not None:
+            g.optimiser.lr = lr * schedule.factor(budget.used, budget.stage.steps)
+        batch = (g.x, g.y, g.mask) if g.full else _minibatch(g)
+        g.optimiser.zero_grad()
+        losses(*batch).sum().backward()
+        g.optimiser.step()
+        if any(_evaluates_next(r.budget) for r in g.runs):
+            g.stacked.unstack([r.net for r in g.runs])  # evaluation reads the runs' modules
+        for run in g.runs:
+            run.budget.tick()
+        gone = [r for r in g.runs if r.budget.remaining == 0]
+        used = budget.used
+        if rule is not None and used % rule.check_every == 0:
+            stopping = []
+            for i, run in enumerate(g.runs):
+                if run in gone:
+                    continue
+                # Run by run, on its own rows: the same sums in a group of any size.
+                mask = torch.ones(1, len(run.x), dtype=torch.bool, device=run.x.device)
+                with torch.no_grad():
+                    current, accuracy = losses(run.x[None], run.y[None], mask, g.member(i),
+                                               with_accuracy=True)  # fmt: skip
+                if rule.converged(run.previous, float(current[0]), float(accuracy[0])):
+                    stopping.append(run)
+                run.previous = float(current[0])
             if stopping:
-                g.stacked.unstack(g.nets)  # stopping evaluates the runs' own modules
-            for r in stopping:
-                budgets[r].stop_early(f"{rule.describe()} (step {budgets[r].used})")
+                g.stacked.unstack([r.net for r in g.runs])  # stopping evaluates the modules
+            for run in stopping:
+                run.budget.stop_early(f"{rule.describe()} (step {run.budget.used})")
             gone += stopping
+        for i, run in enumerate(g.runs):
+            checkpoints = run.budget.plan.checkpoints
+            if checkpoints is not None and run.budget.remaining and used % checkpoints.every == 0:
+                checkpoints.save(run.budget.stage.name, g.checkpoint(i))
         if len(gone) == len(g.runs):
             break
         if gone:
-            g = g.without(gone, nets, inputs, targets, samplers, lr)
-    g.stacked.unstack(g.nets)
+            keep = [r for r in g.runs if r not in gone]
+            g.store(keep)
+            g = _Group(keep, lr)
+    g.store()
 
 
 def _minibatch(g: _Group) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Each run's own minibatch among its real rows (without replacement), padded."""
-    runs, width = len(g.runs), int(g.sizes.max())
+    runs, width = len(g.runs), g.width
     index = torch.zeros(runs, width, dtype=torch.long)
-    for i, sampler in enumerate(g.samplers):
-        rows = sampler.next()
+    keep = torch.zeros(runs, width, dtype=torch.bool)
+    for i, run in enumerate(g.runs):
+        rows = run.sampler.next()
         rows = torch.arange(int(g.counts[i])) if isinstance(rows, slice) else torch.from_numpy(rows)
         index[i, : len(rows)] = rows
-    keep = torch.arange(width)[None, :] < g.sizes[:, None]
+        keep[i, : len(rows)] = True
     index = index.to(g.x.device)
 
     def gather(t: torch.Tensor) -> torch.Tensor:
