@@ -15,7 +15,6 @@ from ssilbench.kit import (
     Standardised,
     TransitionFrames,
     build_net,
-    fit_classifier,
     fit_classifiers,
     labeled_actions,
     speed_of,
@@ -88,18 +87,10 @@ def fit_stage(
     """Fit the classifier ``net`` (built from ``arch``) as the run's ``stage``: the config's
     learning rate and batch size (``batch`` if given; None: the architecture's), the stage's
     own random stream, the run's stopping rule; ``policy`` is evaluated during a policy
-    stage. A standardised network's inner part is fitted on the scaled inputs."""
-    cfg = ctx.config
-    net, inputs = trainable(net, inputs)
-    fit_classifier(
-        net, inputs, targets, ctx.plan.stage(stage, policy=policy),
-        lr=cfg.lr or arch.lr,
-        batch_size=batch_size(batch or cfg.batch_size, arch, len(inputs)),
-        seed=ctx.stream_seed(stage),
-        rule=ctx.stopping,
-        schedule=arch.lr_schedule,
-        speed=speed_of(arch, ctx.device),
-    )  # fmt: skip
+    stage. A standardised network's inner part is fitted on the scaled inputs. The run
+    takes the stacked path as a group of one, so that its result is the same as when it is
+    stacked with other runs (``ssilbench.train.batched``)."""
+    fit_stages([ctx], arch, [net], [inputs], [targets], stage, [policy], batch)
 
 
 def fit_stages(
