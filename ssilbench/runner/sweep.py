@@ -195,8 +195,8 @@ def run_sweep(
     executor: Executor | None = None,
 ) -> SweepSummary:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
-    ``storage`` says where trained stages are reused from and checkpoints go; runs that
-    checkpoint are trained one at a time (a stacked unit has no per-run checkpoints).
+    ``storage`` says where trained stages are reused from and checkpoints go (a stacked
+    unit checkpoints each of its runs).
     ``executor`` (``ssilbench.runner.executors``) sends units elsewhere (Ray, SLURM); the
     results come back here and this process alone writes the store."""
     store.mark_stale_interrupted()
@@ -240,8 +240,7 @@ def run_sweep(
 
     # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
     # so a pool takes runs one at a time.
-    stacked = (stack and (workers == 1 or executor is not None)
-               and not (storage and storage.checkpoint_every))  # fmt: skip
+    stacked = stack and (workers == 1 or executor is not None)
     units = groups(plan, pending) if stacked else [[index] for index in pending]
     # A stage several runs share is trained by the first unit that needs it; the others
     # go after, so that they find it trained rather than hold a worker while they wait.
