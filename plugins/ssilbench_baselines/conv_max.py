@@ -98,7 +98,9 @@ def distinct_patch_ids(
         fresh = torch.ones_like(ids, dtype=torch.bool)
         fresh[:, 1:] = ids[:, 1:] != ids[:, :-1]
         image_ids += [row[keep] for row, keep in zip(ids, fresh, strict=True)]
-    width = max(len(ids) for ids in image_ids)
+    # A multiple of 16, so that data of similar images share one width: stacked training
+    # groups only runs of equal shapes.
+    width = -(-max(len(ids) for ids in image_ids) // 16) * 16
     # Padding repeats an image's own first id, which leaves its maximum unchanged.
     padded = torch.stack(
         [F.pad(ids, (0, width - len(ids)), value=int(ids[0])) for ids in image_ids]

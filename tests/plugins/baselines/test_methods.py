@@ -76,14 +76,15 @@ def test_ground_truth_video_model_is_required_when_asked_for(data_root, monkeypa
 
 def test_idm_labeling_soft_and_hard_targets(data_root, monkeypatch):
     seen = []
-    real = common_module.fit_classifier  # the stages of idm_labeling fit through it
+    real = common_module.fit_classifiers  # the stages of idm_labeling fit through it
 
-    def spy(net, inputs, targets, budget, **kw):
-        rows = targets[slice(None)]
-        seen.append((budget.stage.name, rows.dtype, tuple(rows.shape)))
-        return real(net, inputs, targets, budget, **kw)
+    def spy(nets, inputs, targets, budgets, **kw):
+        for wanted, budget in zip(targets, budgets, strict=True):
+            rows = wanted[slice(None)]
+            seen.append((budget.stage.name, rows.dtype, tuple(rows.shape)))
+        return real(nets, inputs, targets, budgets, **kw)
 
-    monkeypatch.setattr(common_module, "fit_classifier", spy)
+    monkeypatch.setattr(common_module, "fit_classifiers", spy)
     _run(data_root, "idm_labeling", steps=40)
     _run(data_root, "idm_labeling", steps=40, config={"labels": "hard"})
     soft, hard = seen[1], seen[3]
