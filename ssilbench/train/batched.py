@@ -15,10 +15,9 @@ run trained here, a group of one included, takes this same path, and a group is 
   widest run of a group would make a run's sums depend on the others;
 - a module's fast path (``stacked_encode``) encodes each run's data on its own (its own
   table of distinct rows, padded likewise), never one table for the group;
-- Adam (:class:`StackedAdam`) updates every element by the same arithmetic wherever it
-  sits: the fused kernel and ``lerp``/``addcmul`` treat a vectorised body and a scalar
-  tail differently, so an element's update could otherwise depend on its position in the
-  stacked tensor;
+- Adam is written with elementwise operations only (:class:`StackedAdam`): the fused and
+  ``lerp``/``addcmul`` kernels treat a vectorised body and a scalar tail differently, so
+  an element's update would depend on its position in the stacked tensor;
 - the stopping rule's full training loss is taken run by run.
 
 Batched ``vmap`` kernels then compute each run's block on its own: on CPU, with a fixed
