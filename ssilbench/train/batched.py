@@ -147,20 +147,13 @@ def _padded(tensors: list[torch.Tensor], length: int) -> tuple[torch.Tensor, tor
     return out, mask
 
 
-_VECTOR = 64
-"""The flat buffer is padded to a multiple of this many elements: more than a SIMD vector of
-floats on any CPU, so that the fused kernel takes every element through its vectorised
-body (its scalar tail rounds differently)."""
-
-
 class StackedAdam:
     """Adam (PyTorch's defaults) on stacked parameters, which it moves into one flat buffer
-    (so that a step is one kernel, or a dozen operations, however many tensors the network
-    has), and whose every element is updated by the same arithmetic wherever the runs
-    stacked with it put it: on one CPU thread, the fused kernel over a buffer with no
-    scalar tail; otherwise (a parallel kernel splits the buffer at arbitrary elements)
-    multiplications, additions, square roots and divisions of whole tensors, each correctly
-    rounded in a kernel's vectorised body and in its scalar tail alike."""
+    (so that a step is a dozen operations, however many tensors the network has). Only
+    multiplications, additions, square roots and divisions of whole tensors: each is
+    correctly rounded in a kernel's vectorised body and in its scalar tail alike, so an
+    element's update does not depend on where the runs stacked with it put it (the fused
+    kernel and ``lerp``/``addcmul`` treat the two differently)."""
 
     def __init__(
         self,
@@ -177,22 +170,17 @@ class StackedAdam:
         self.betas = betas
         self.eps = eps
         self.sizes = [p.numel() for p in params]
-        tail = -sum(self.sizes) % _VECTOR
-        self._tail = params[0].new_zeros(tail)
-        self.flat = torch.cat([*(p.detach().reshape(-1) for p in params), self._tail])
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params])
         with torch.no_grad():
             for p, view in zip(params, self._views(self.flat), strict=True):
                 p.data = view
         if moments is None:
             self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
         else:
-            self.exp_avg, self.exp_avg_sq = (
-                torch.cat([*(t.reshape(-1) for t in m), self._tail]) for m in moments
-            )
+            self.exp_avg, self.exp_avg_sq = (torch.cat([t.reshape(-1) for t in m]) for m in moments)
 
     def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        parts = flat.split([*self.sizes, len(self._tail)])
-        return [v.view_as(p) for v, p in zip(parts, self.params, strict=False)]
+        return [v.view_as(p) for v, p in zip(flat.split(self.sizes), self.params, strict=True)]
 
     def moments(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The first and second moments, shaped as the parameters."""
@@ -202,13 +190,7 @@ class StackedAdam:
     def step(self) -> None:
         b1, b2 = self.betas
         self.steps += 1
-        grad = torch.cat([*(p.grad.reshape(-1) for p in self.params), self._tail])
-        if self.flat.device.type == "cpu" and torch.get_num_threads() == 1:
-            torch._fused_adam_([self.flat], [grad], [self.exp_avg], [self.exp_avg_sq], [],
-                               [torch.tensor(float(self.steps))], amsgrad=False, lr=self.lr,
-                               beta1=b1, beta2=b2, weight_decay=0.0, eps=self.eps,
-                               maximize=False)  # fmt: skip
-            return
+        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
         self.exp_avg.mul_(b1).add_(grad * (1 - b1))
         self.exp_avg_sq.mul_(b2).add_(grad.mul_(grad).mul_(1 - b2))
         denom = self.exp_avg_sq.sqrt().mul_(1 / math.sqrt(1 - b2**self.steps)).add_(self.eps)
