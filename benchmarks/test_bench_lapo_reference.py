@@ -77,8 +77,8 @@ from ssilbench.train.budget import StagePlan
 from ssilbench.train.loop import optimise
 from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_rows, predict_probs
-from ssilbench_baselines.impala import Impala, mlp
-from ssilbench_lapo.world_model import WorldModel, WorldModelConfig, impala_net
+from ssilbench_baselines.impala import Impala
+from ssilbench_lapo.world_model import WorldModel, WorldModelConfig, decoder_net, impala_net
 
 ENV = "SSILBENCH_LAPO_REFERENCE"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -406,7 +406,7 @@ def _decoding(benchmark, ref, frames, *, ours_backbone, theirs_latent, frozen_pa
     cfg, data = _cfg(), _unlabeled(frames)
     latents = in_chunks(ours_backbone(data), len(data))
     actions = torch.randint(0, ACTIONS, (len(data),), device=DEVICE)
-    head, seeds = mlp(cfg.latent_dim, cfg.head_hidden, ACTIONS).to(DEVICE), _Seeds()
+    head, seeds = decoder_net(cfg, ACTIONS).to(DEVICE), _Seeds()
 
     def ours():
         fit_classifier(head, latents, actions, _budget(), lr=cfg.lr, batch_size=BATCH,
@@ -472,7 +472,7 @@ def test_lapo_plus_policy(benchmark, reference, frames):
     """LAPO+ stage 3: the policy cloned from the decoded latent IDM's soft labels of D_U."""
     ref, cfg, data = reference, _cfg(), _unlabeled(frames)
     our_idm, their_idm = _world_idm(ref, cfg)
-    our_head = _frozen(mlp(cfg.latent_dim, cfg.head_hidden, ACTIONS).to(DEVICE))
+    our_head = _frozen(decoder_net(cfg, ACTIONS).to(DEVICE))
 
     def label(rows):
         return F.softmax(our_head(our_idm(*data.pairs(rows))), dim=-1)

@@ -25,10 +25,10 @@ from ssilbench.kit import (
     TransitionFrames,
     fit_regressor,
     label_rows,
-    mlp,
 )
 from ssilbench_lapo.world_model import (
     WorldModelConfig,
+    decoder_net,
     fit_decoder,
     impala_net,
     latents_of,
@@ -94,7 +94,7 @@ class LAPO(Method):
         targets = latents_of(ctx, world, unlabeled, speed)
         with ctx.seeded():
             latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
-            decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
+            decoder = decoder_net(cfg, spec.num_actions)
         latent_policy.to(device)
         fit_regressor(
             latent_policy, unlabeled.inputs("obs"), targets, ctx.plan.stage("latent_policy"),

@@ -5,8 +5,9 @@ Stage 1 (``world_model``, D_U): LAPO's, the very same trained model (shared cach
 Stage 2 (``idm_decoder``, D_L): a decoding head phi(a | z) fitted by cross-entropy on the
     frozen latent IDM's pre-quantisation latents z = h~(s, s') of the labeled transitions;
     h^ = phi o h~ is an IDM for the true actions.
-Stage 3 (``policy``, D_U): every unlabeled transition labeled by h^ (soft: the paper's
-    expectation under h^; or hard: its argmax) and a policy pi^(a | s) cloned from them.
+Stage 3 (``policy``, D_U): every unlabeled transition labeled by h^ (hard: its argmax, as
+    the reference code does; or soft: the expectation under h^, as the paper's text reads)
+    and a policy pi^(a | s) cloned from them.
 
 Steps: 50k / 10k / 60k of the paper's 120k, i.e. these shares of the run's total steps.
 """
@@ -26,13 +27,13 @@ from ssilbench.kit import (
     TransitionFrames,
     fit_classifier,
     label_rows,
-    mlp,
 )
 from ssilbench_lapo.world_model import (
     LatentIDM,
     WorldModelConfig,
+    action_policy_net,
+    decoder_net,
     fit_decoder,
-    impala_net,
     latents_of,
     stage_one,
 )
@@ -44,8 +45,10 @@ class LAPOPlusConfig(WorldModelConfig):
     idm_decoder_fraction: float = Field(
         10 / 120, gt=0, lt=1, description="Share of the steps for stage 2 (paper: 10k of 120k)."
     )
-    labels: Literal["soft", "hard"] = Field(
-        "soft", description="soft: expectation under the decoded IDM (paper); hard: its argmax."
+    labels: Literal["hard", "soft"] = Field(
+        "hard",
+        description="hard: the decoded IDM's argmax (the reference code); soft: the "
+        "expectation under it (the paper's text).",
     )
 
 
@@ -59,7 +62,7 @@ class DecodedIDM(nn.Module):
         self.decoder = decoder
 
     def forward(self, pairs: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.latent_idm.head(self.latent_idm.trunk(pairs)))
+        return self.decoder(self.latent_idm.encode(pairs))
 
 
 class LAPOPlus(Method):
@@ -83,8 +86,8 @@ class LAPOPlus(Method):
         labeled = TransitionFrames(ctx.labeled, device)
         latents = latents_of(ctx, world, labeled, speed)
         with ctx.seeded():
-            decoder = mlp(cfg.latent_dim, cfg.head_hidden, spec.num_actions)
-            net = speed.module(impala_net(cfg, spec.obs_shape, spec.num_actions))
+            decoder = decoder_net(cfg, spec.num_actions)
+            net = speed.module(action_policy_net(cfg, spec.obs_shape, spec.num_actions))
         decoder.to(device)
         fit_decoder(ctx, decoder, latents, "idm_decoder")
         decoder.eval().requires_grad_(False)

@@ -5,11 +5,19 @@ of ``dim``; the vectors of group g are each replaced by their nearest entry of c
 Gradients pass straight through the quantiser to the encoder, a commitment loss keeps the
 encoder's outputs near their codes, and the codebooks follow the encoder by exponential
 moving averages of the latents assigned to each code (no codebook gradient).
+
+The defaults are LAPO's reference quantiser: codebooks drawn uniformly in +-5/size, the EMA
+of counts (Laplace-smoothed in place) and of sums started from the codebook itself, every
+code set to its sum over its count at each step, and no restarts. ssilbench's variant is
+reachable through the options: codebooks started from the first batch's latents
+(``init="data"``), bias-corrected averages from zero under which a code never chosen keeps
+its value (``bias_correction=True``), and dead-code restarts (``restart_below > 0``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -38,18 +46,28 @@ class VectorQuantiser(nn.Module):
         decay: float = 0.999,
         eps: float = 1e-5,
         commitment: float = 0.05,
-        restart_below: float = 0.1,
+        restart_below: float = 0.0,
+        init: Literal["uniform", "data"] = "uniform",
+        bias_correction: bool = False,
     ) -> None:
         super().__init__()
+        if init not in ("uniform", "data"):
+            raise ValueError(f"codebook init must be 'uniform' or 'data', got {init!r}")
         self.groups, self.per_group, self.dim, self.size = groups, per_group, dim, size
         self.decay, self.eps, self.beta = decay, eps, commitment
-        self.restart_below = restart_below
+        self.restart_below, self.init, self.bias_correction = restart_below, init, bias_correction
         # The EMA state is registered as parameters that never take part in a backward pass
         # (so Adam, which skips parameters without a gradient, leaves them alone): that way
         # the shared training loop's checkpoints carry the codebooks with the weights.
-        self.codebook = nn.Parameter(torch.randn(groups, size, dim))
+        if init == "uniform":
+            book = torch.empty(groups, size, dim).uniform_(-5 / size, 5 / size)
+        else:  # overwritten by the first batch's latents
+            book = torch.randn(groups, size, dim)
+        self.codebook = nn.Parameter(book)
         self.ema_count = nn.Parameter(torch.zeros(groups, size))
-        self.ema_sum = nn.Parameter(torch.zeros(groups, size, dim))
+        # The reference starts the EMA of sums at the codebook (so that sum / count is the
+        # codebook scaled by decay / count); bias-corrected averages start from zero.
+        self.ema_sum = nn.Parameter(torch.zeros_like(book) if bias_correction else book.clone())
         self.ema_steps = nn.Parameter(torch.zeros(1))
 
     @property
@@ -65,7 +83,7 @@ class VectorQuantiser(nn.Module):
     def _quantise(self, z: torch.Tensor) -> Quantised:
         vectors = z.float().view(len(z), self.groups, self.per_group, self.dim)
         with torch.no_grad():
-            if self.training:
+            if self.training and self.init == "data":
                 self._start_from(vectors)
             codes = self._nearest(vectors)
             chosen = self._lookup(codes)
@@ -98,7 +116,10 @@ class VectorQuantiser(nn.Module):
         per_group = vectors.transpose(0, 1).reshape(self.groups, -1, self.dim)
         pick = torch.linspace(0, per_group.shape[1] - 1, self.size, device=vectors.device)
         first = per_group[:, pick.round().long()]
-        self.codebook.copy_(torch.where(self.ema_steps == 0, first, self.codebook))
+        first = torch.where(self.ema_steps == 0, first, self.codebook)
+        self.codebook.copy_(first)
+        if not self.bias_correction:
+            self.ema_sum.copy_(torch.where(self.ema_steps == 0, first, self.ema_sum))
 
     def _ema_update(self, vectors: torch.Tensor, codes: torch.Tensor) -> None:
         onehot = F.one_hot(codes, self.size).to(vectors.dtype)  # (B, G, L, K)
@@ -107,6 +128,14 @@ class VectorQuantiser(nn.Module):
         self.ema_count.mul_(self.decay).add_(count, alpha=1 - self.decay)
         self.ema_sum.mul_(self.decay).add_(total, alpha=1 - self.decay)
         self.ema_steps.add_(1)
+        if not self.bias_correction:
+            # The reference: the smoothed counts replace the counts, and every code becomes
+            # its sum over its count, chosen or not (an unchosen code's small smoothed count
+            # sends it far away, where it stays unused).
+            n = self.ema_count.sum(-1, keepdim=True)
+            self.ema_count.copy_((self.ema_count + self.eps) / (n + self.size * self.eps) * n)
+            self.codebook.copy_(self.ema_sum / self.ema_count[..., None])
+            return
         # Dividing by 1 - decay^t removes the averages' bias toward their zero start; the
         # Laplace smoothing keeps rarely used codes from dividing by (almost) zero.
         debias = 1 - self.decay**self.ema_steps
@@ -125,7 +154,12 @@ class VectorQuantiser(nn.Module):
         # of EMA mass so that it is not restarted again at once. Worst-first rather than
         # random keeps the stage deterministic; masks rather than branches keep the device
         # from waiting on the host.
-        debias = 1 - self.decay**self.ema_steps
+        # Without bias correction the stored counts are the averages themselves.
+        debias = (
+            1 - self.decay**self.ema_steps
+            if self.bias_correction
+            else torch.ones_like(self.ema_steps)
+        )
         count_avg = self.ema_count / debias
         fair = count_avg.sum(-1, keepdim=True) / self.size  # (G, 1)
         dead = count_avg < self.restart_below * fair  # (G, K)

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
+from pydantic import ValidationError
 
 from ssilbench.testing import RunStorage, Sweep, build_plan, check_stages, execute, load_plugins
 from ssilbench_lapo.lapo import LAPO, LAPOConfig
 from ssilbench_lapo.lapo_plus import LAPOPlus, LAPOPlusConfig
 from ssilbench_lapo.quantise import VectorQuantiser
-from ssilbench_lapo.unet import LatentUNet
+from ssilbench_lapo.unet import LatentUNet, ReferenceUNet
 from ssilbench_lapo.world_model import (
     LATER_STAGES_SCHEDULE,
     WORLD_MODEL_SCHEDULE,
     LatentIDM,
     WorldModel,
     WorldModelConfig,
+    action_policy_net,
+    decoder_net,
+    impala_net,
+    schedules,
 )
 
 PLUGINS = load_plugins()
 CPU = torch.device("cpu")
 SMALL = {"size": "small"}
+# ssilbench's own variant of stage 1 (before the reference became the default)
+SSILBENCH_VARIANT = {"vq_init": "data", "vq_bias_correction": True, "vq_restarts": 0.1,
+                     "forward_model": "unet_small", "head": "paper_text", "warmup_steps": None,
+                     "world_model_warmup_steps": None, "centre_obs": False}  # fmt: skip
 
 
 def _quantiser(**kw) -> VectorQuantiser:
@@ -44,6 +55,20 @@ def test_the_reference_codes_schedules():
     assert LATER_STAGES_SCHEDULE.factor(59_999, 60_000) == pytest.approx(0.0, abs=1e-12)
     # --steps-scale keeps the shape: the same shares of a 600-step stage.
     assert LATER_STAGES_SCHEDULE.factor(10, 600) == pytest.approx(1.0)
+
+
+def test_the_config_warms_up_over_steps_like_the_reference_unless_told_otherwise():
+    first, later = schedules(WorldModelConfig())
+    # 1,000 steps on a 10k stage (not its 1/60, 167 steps), 50 on stage 1 whatever its length
+    assert later.factor(500, 10_000) == pytest.approx(0.01 + 0.99 * 0.5)
+    assert later.factor(1000, 10_000) == pytest.approx(1.0)
+    assert first.factor(50, 2_000) == pytest.approx(1.0)
+    assert first.factor(25, 2_000) == pytest.approx(0.1 + 0.9 * 0.5)
+    _, shares = schedules(WorldModelConfig(warmup_steps=None))
+    assert shares.factor(167, 10_000) == pytest.approx(1.0, abs=1e-3)
+    assert schedules(WorldModelConfig(lr_schedule="constant")) == (None, None)
+    with pytest.raises(ValueError, match="warmup_steps must be at least 0"):
+        replace(LATER_STAGES_SCHEDULE, warmup_steps=-1)
 
 
 # --- vector quantisation ---------------------------------------------------------------
@@ -80,8 +105,40 @@ def test_commitment_loss_pulls_the_latent_toward_its_code():
     assert all(p.grad is None for p in vq.parameters())
 
 
-def test_ema_update_moves_assigned_codes_toward_their_latents():
+def test_reference_codebooks_start_uniform_in_five_over_their_size():
+    vq = _quantiser(size=64)
+    assert vq.codebook.abs().max() <= 5 / 64 and vq.codebook.abs().max() > 4 / 64
+    assert torch.equal(vq.ema_sum, vq.codebook) and not vq.ema_count.any()
+
+
+def test_reference_ema_sets_every_code_to_its_smoothed_average():
     vq = _quantiser()
+    book, sums = vq.codebook.detach().clone(), vq.ema_sum.detach().clone()
+    z = torch.randn(5, vq.latent_dim)
+    codes = vq(z).codes
+    d, eps = 0.5, 1e-5
+    onehot = F.one_hot(codes, 8).float()
+    count = (1 - d) * onehot.sum(dim=(0, 2))
+    n = count.sum(-1, keepdim=True)
+    count = (count + eps) / (n + 8 * eps) * n
+    sums = d * sums + (1 - d) * torch.einsum("bglk,bgld->gkd", onehot, z.view(5, 2, 3, 4))
+    assert torch.allclose(vq.ema_count, count) and torch.allclose(vq.ema_sum, sums)
+    assert torch.allclose(vq.codebook, sums / count[..., None])
+    # a code nobody chose is divided by its tiny smoothed count: it leaves for far away
+    unused = count < 1e-3
+    assert (
+        unused.any() and (vq.codebook[unused].norm(dim=-1) > 10 * book[unused].norm(dim=-1)).all()
+    )
+
+
+def test_the_quantiser_refuses_an_unknown_init():
+    with pytest.raises(ValueError, match="codebook init must be 'uniform' or 'data'"):
+        _quantiser(init="normal")
+
+
+def test_ema_update_moves_assigned_codes_toward_their_latents():
+    # ssilbench's variant: codebooks from the first batch, bias-corrected averages
+    vq = _quantiser(init="data", bias_correction=True)
     points = torch.randn(2, 8, 4) * 10  # far apart: each latent below keeps its code
     # sample i holds point i of each group three times: the first batch's evenly spaced
     # picks (the codebook's start) are then exactly the points
@@ -109,8 +166,9 @@ def test_no_update_outside_training():
     assert torch.equal(vq.codebook, before)
 
 
-def test_dead_codes_restart_at_the_worst_represented_latents():
-    vq = _quantiser(restart_below=0.5)
+@pytest.mark.parametrize("variant", [{}, {"init": "data", "bias_correction": True}])
+def test_dead_codes_restart_at_the_worst_represented_latents(variant):
+    vq = _quantiser(restart_below=0.5, **variant)
     vq(torch.randn(32, vq.latent_dim))
     far = torch.full((32, vq.latent_dim), 100.0) + torch.randn(32, vq.latent_dim)
     for _ in range(5):
@@ -128,11 +186,15 @@ def test_world_model_shapes_and_loss():
     cfg = WorldModelConfig(**SMALL)
     assert cfg.latent_dim == 2 * 4 * 16 == 128 and cfg.scale == 1 and cfg.widths == (16, 32)
     paper = WorldModelConfig()
-    assert paper.scale == 4 and paper.widths == (16, 32, 64, 128, 256, 512)
-    # Sized like the paper's reference code's forward model (7,812,843 parameters).
+    assert paper.scale == 4 and paper.widths == (16, 32, 64, 128, 256, 512) and paper.base == 24
+    # The reference code's forward model has 7,812,843 parameters on 64 x 64 frames;
+    # ssilbench's plain U-Net is sized like it.
+    reference = WorldModel(paper, (3, 64, 64)).forward_model
+    assert isinstance(reference, ReferenceUNet)
+    assert sum(p.numel() for p in reference.parameters()) == 7_812_843
     unet = LatentUNet(3, paper.latent_dim, paper.widths)
     assert sum(p.numel() for p in unet.parameters()) == 7_942_595
-    model = WorldModel(cfg, (3, 11, 11))
+    model = WorldModel(cfg, (3, 11, 11))  # padded to 16 x 16 inside, cropped back
     s, s_next = torch.rand(4, 3, 11, 11), torch.rand(4, 3, 11, 11)
     assert model.idm(s, s_next).shape == (4, 128)
     loss = model.loss(s, s_next)
@@ -140,11 +202,38 @@ def test_world_model_shapes_and_loss():
     assert loss.ndim == 0 and model.idm.trunk.fc.weight.grad is not None
 
 
-def test_forward_model_depends_on_the_latent_action():
-    unet = LatentUNet(3, 8, widths=(8, 16, 32))
-    s = torch.rand(2, 3, 64, 64)
-    a, b = unet(s, torch.zeros(2, 8)), unet(s, torch.ones(2, 8))
-    assert a.shape == s.shape and not torch.allclose(a, b)
+@pytest.mark.parametrize("side", [64, 13])
+def test_forward_model_depends_on_the_latent_action(side):
+    s = torch.rand(2, 3, side, side)
+    for unet in [LatentUNet(3, 8, widths=(8, 16, 32)), ReferenceUNet(3, 8, (side, side), 4)]:
+        a, b = unet(s, torch.zeros(2, 8)), unet(s, torch.ones(2, 8))
+        assert a.shape == s.shape and not torch.allclose(a, b)
+        assert a.min() >= 0 and a.max() <= 1
+
+
+def test_heads_follow_the_reference_code_or_the_paper_text():
+    code, text = WorldModelConfig(**SMALL), WorldModelConfig(**SMALL, head="paper_text")
+    shape = (3, 8, 8)
+    nets = [
+        impala_net(code, shape, 128), decoder_net(code, 15), action_policy_net(code, shape, 15),
+        impala_net(text, shape, 15), decoder_net(text, 15), action_policy_net(text, shape, 15),
+    ]  # fmt: skip
+    widths = [[m.out_features for m in net.modules() if isinstance(m, torch.nn.Linear)]
+              for net in nets]  # fmt: skip
+    assert widths == [[256, 128], [192, 128, 64, 15], [256, 128, 192, 128, 64, 15],
+                      [256, 128, 128, 15], [128, 128, 15], [256, 128, 128, 15]]  # fmt: skip
+
+
+def test_options_that_do_not_fit_the_forward_model_are_refused():
+    with pytest.raises(ValidationError, match="squash_output=False needs forward_model"):
+        WorldModelConfig(squash_output=False)
+    with pytest.raises(ValidationError, match="unet_widths sizes forward_model='unet_small'"):
+        WorldModelConfig(unet_widths=(8, 16))
+    with pytest.raises(ValidationError, match="wm_base sizes forward_model='reference'"):
+        WorldModelConfig(forward_model="unet_small", wm_base=8)
+    with pytest.raises(ValidationError, match="head"):
+        WorldModelConfig(head="paper")
+    WorldModelConfig(**SSILBENCH_VARIANT, squash_output=False, unet_widths=(8, 16))
 
 
 def test_latent_idm_sees_both_frames():
@@ -286,8 +375,8 @@ def test_lapo_plus_decoded_idm_recovers_random_actions():
     # Pixels are exactly 0 or 1 here, where a tanh output saturates and stalls: linear output.
     # 2,000 steps in all: a constant rate (the paper's schedule is shaped for 120k).
     cfg = LAPOPlusConfig(size="small", world_model_lr=1e-3, lr=1e-3, world_model_fraction=0.85,
-                         idm_decoder_fraction=0.1, squash_output=False,
-                         lr_schedule="constant")  # fmt: skip
+                         idm_decoder_fraction=0.1, squash_output=False, labels="soft",
+                         lr_schedule="constant", **SSILBENCH_VARIANT)  # fmt: skip
     ctx = _walk_context(cfg, LAPOPlus(), total_steps=2000)
     torch.manual_seed(0)
     policy = LAPOPlus().fit(ctx)
