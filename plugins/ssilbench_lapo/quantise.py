@@ -81,7 +81,9 @@ class VectorQuantiser(nn.Module):
             return self._quantise(z)
 
     def _quantise(self, z: torch.Tensor) -> Quantised:
-        vectors = z.float().view(len(z), self.groups, self.per_group, self.dim)
+        # at least float32 (float64 stays: the parity tests compare in it)
+        wide = z if z.dtype == torch.float64 else z.float()
+        vectors = wide.view(len(z), self.groups, self.per_group, self.dim)
         with torch.no_grad():
             if self.training and self.init == "data":
                 self._start_from(vectors)

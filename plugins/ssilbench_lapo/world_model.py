@@ -323,7 +323,8 @@ class WorldModel(nn.Module):
     def loss(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor:
         quantised = self.quantiser(self.idm(obs, next_obs))
         predicted = self.forward_model(obs, quantised.latent)
-        return F.mse_loss(predicted.float(), next_obs) + quantised.commitment
+        # in the targets' precision: float32 under bf16 autocast
+        return F.mse_loss(predicted.to(next_obs.dtype), next_obs) + quantised.commitment
 
 
 def schedules(cfg: WorldModelConfig) -> tuple[WarmupLinear | None, WarmupLinear | None]:
