@@ -26,7 +26,12 @@ from ssilbench.train.budget import StagePlan
 from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_regressor, speed_of
 from ssilbench_baselines.impala import Impala, ImpalaBF16, mlp
-from ssilbench_lapo.world_model import WorldModelConfig, impala_net, train_world_model
+from ssilbench_lapo.world_model import (
+    WorldModelConfig,
+    action_policy_net,
+    impala_net,
+    train_world_model,
+)
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BATCH = 128
@@ -107,7 +112,7 @@ def test_lapo_plus_policy(benchmark, frames, size):
     cfg, data = _config(size), _unlabeled(frames)
     labels = torch.softmax(torch.randn(len(data), 15, device=DEVICE), dim=-1)
     speed = Speed.for_device(cfg.fast_cuda, DEVICE)
-    net = speed.module(impala_net(cfg, SPEC.obs_shape, 15).to(DEVICE))
+    net = speed.module(action_policy_net(cfg, SPEC.obs_shape, 15).to(DEVICE))
 
     def run():
         fit_classifier(net, data.inputs("obs"), labels, _budget(), lr=cfg.lr, batch_size=BATCH,

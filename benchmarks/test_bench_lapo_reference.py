@@ -78,7 +78,13 @@ from ssilbench.train.loop import optimise
 from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_rows, predict_probs
 from ssilbench_baselines.impala import Impala
-from ssilbench_lapo.world_model import WorldModel, WorldModelConfig, decoder_net, impala_net
+from ssilbench_lapo.world_model import (
+    WorldModel,
+    WorldModelConfig,
+    action_policy_net,
+    decoder_net,
+    impala_net,
+)
 
 ENV = "SSILBENCH_LAPO_REFERENCE"
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -478,7 +484,7 @@ def test_lapo_plus_policy(benchmark, reference, frames):
         return F.softmax(our_head(our_idm(*data.pairs(rows))), dim=-1)
 
     labels = in_chunks(label, len(data))
-    net, seeds, speed = impala_net(cfg, OBS, ACTIONS).to(DEVICE), _Seeds(), Speed(False)
+    net, seeds, speed = action_policy_net(cfg, OBS, ACTIONS).to(DEVICE), _Seeds(), Speed(False)
 
     def ours():
         fit_on_frames(net, data, labels, _soft_ce, _budget(), lr=cfg.lr, batch_size=BATCH,
