@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ssilbench.api import ConfigError
 from ssilbench.testing import Sweep, build_plan, execute, load_plugins
-from ssilbench.train.standardise import Standardise, Standardised, StandardisedRows, trainable
+from ssilbench.kit import Standardise, Standardised, trainable
 from ssilbench_baselines import common
 from ssilbench_baselines.architectures import CNN1, CNN5, MLP5, LinearClassifier
 from ssilbench_baselines.bc import BCConfig
@@ -56,10 +56,11 @@ def test_a_standardised_network_trains_its_inner_part_on_scaled_rows():
     net = Standardised(Standardise.fit(rows), inner)
     part, scaled = trainable(net, rows)
     assert part is inner
-    assert isinstance(scaled, StandardisedRows)
+    assert len(scaled) == len(rows) and scaled.is_floating_point()
     assert torch.equal(scaled[np.array([0, 5])], net.scaler(rows[[0, 5]]))
     assert torch.equal(net(rows), inner(scaled[slice(None)]))
-    assert scaled.fingerprint != StandardisedRows(rows * 2, Standardise.fit(rows * 2)).fingerprint
+    other = Standardised(Standardise.fit(rows * 2), inner)
+    assert scaled.fingerprint != trainable(other, rows * 2)[1].fingerprint
     plain = torch.nn.Linear(2, 3)
     assert trainable(plain, rows) == (plain, rows)
 
