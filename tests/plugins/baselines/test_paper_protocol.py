@@ -9,8 +9,8 @@ import torch
 from pydantic import ValidationError
 
 from ssilbench.api import ConfigError
-from ssilbench.testing import Sweep, build_plan, execute, load_plugins
 from ssilbench.kit import Standardise, Standardised, trainable
+from ssilbench.testing import Sweep, build_plan, execute, load_plugins
 from ssilbench_baselines import common
 from ssilbench_baselines.architectures import CNN1, CNN5, MLP5, LinearClassifier
 from ssilbench_baselines.bc import BCConfig
