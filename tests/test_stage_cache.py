@@ -450,3 +450,19 @@ def test_leases_work_on_a_file_system_without_hard_links(tmp_path, fast_leases, 
     with cache.lease(KEY, wait=False, log=lambda m: None) as held:
         assert held is not None and held.owned()
     assert cache.leases() == []
+
+
+def test_a_scalar_tensor_has_a_digest_and_matrices_keep_theirs():
+    import hashlib
+
+    from ssilbench.train.memo import _digest_tensor
+
+    def digest(t: torch.Tensor) -> str:
+        h = hashlib.sha256()
+        _digest_tensor(h, t)
+        return h.hexdigest()
+
+    assert digest(torch.tensor(3)) != digest(torch.tensor(4))
+    m = torch.arange(6.0).view(2, 3)
+    expected = hashlib.sha256(b"torch.float32|(2, 3)|" + m.numpy().tobytes()).hexdigest()
+    assert digest(m) == expected

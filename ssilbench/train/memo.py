@@ -70,7 +70,8 @@ META_SUFFIX = ".meta.json"  # what an entry is, readable without loading it
 def _digest_tensor(h: Any, t: torch.Tensor) -> None:
     t = t.detach().cpu().contiguous()
     h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    # reshape(-1): a 0-d tensor (BatchNorm's num_batches_tracked) cannot be viewed as bytes
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
 
 
 def _digest_rows(h: Any, source: RowSource) -> None:
