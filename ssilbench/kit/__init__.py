@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ssilbench.train.loop import StoppingRule, optimise
     from ssilbench.train.memo import FitSettings, reuse_or_train
     from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
-    from ssilbench.train.schedule import WarmupLinear
+    from ssilbench.train.schedule import WarmupLinear, set_lr
     from ssilbench.train.speed import Speed
     from ssilbench.train.standardise import Standardise, Standardised, trainable
     from ssilbench.train.supervised import (
@@ -77,7 +77,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     # training: fits that spend a stage's budget, labels kept in the stage cache, policies
     "ssilbench.train.budget": ("StageBudget", "StagePlan"),
     "ssilbench.train.loop": ("StoppingRule", "optimise"),
-    "ssilbench.train.schedule": ("WarmupLinear",),
+    "ssilbench.train.schedule": ("WarmupLinear", "set_lr"),
     "ssilbench.train.speed": ("Speed",),
     "ssilbench.train.standardise": ("Standardise", "Standardised", "trainable"),
     "ssilbench.train.supervised": (
@@ -154,6 +154,7 @@ __all__ = [
     "predict",
     "reuse_or_train",
     "save_atomic",
+    "set_lr",
     "sha256_file",
     "speed_of",
     "trainable",

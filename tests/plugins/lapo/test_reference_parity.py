@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from ssilbench.api import Stage, StagePlan
-from ssilbench.train.schedule import set_lr
+from ssilbench.kit import set_lr
 from ssilbench_lapo.world_model import (
     WorldModel,
     WorldModelConfig,
