@@ -1,4 +1,5 @@
-"""Shared fixtures: running the CLI in a subprocess, and small plugin modules on disk."""
+"""Shared fixtures: running the CLI in a subprocess, small plugin modules on disk, and the
+installed plugins alone."""
 
 from __future__ import annotations
 
@@ -12,6 +13,19 @@ from pathlib import Path
 import pytest
 
 TINY = ["--steps", "60", "-q"]
+
+
+@pytest.fixture(scope="module")
+def plugins():
+    """The installed plugins only: no extra plugin module named by the environment."""
+    from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(AUTOLOAD_ENV, raising=False)
+        mp.delenv(EXTRA_PLUGINS_ENV, raising=False)
+        loaded = load_plugins()
+    assert loaded.broken == []
+    return loaded
 
 
 class CLI:

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from ssilbench.errors import ConfigError, UnknownNameError, UsageError
-from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
 from ssilbench.runner.plan import (
     build_plan,
     display_label,
@@ -16,16 +15,6 @@ from ssilbench.runner.plan import (
     parse_value,
 )
 from ssilbench.runner.spec import Sweep
-
-
-@pytest.fixture(scope="module")
-def plugins():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(AUTOLOAD_ENV, raising=False)
-        mp.delenv(EXTRA_PLUGINS_ENV, raising=False)
-        loaded = load_plugins()
-    assert loaded.broken == []
-    return loaded
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
 from ssilbench.runner.plan import build_plan
 from ssilbench.runner.results_db import ResultsStore
 from ssilbench.runner.spec import Sweep
@@ -28,14 +27,6 @@ METHODS = {
     "vm_idm_ground_truth": {"arch": "mlp5", "video_model": "ground_truth"},
     "vm_idm_learned": {"arch": "mlp5", "video_model": "learned"},
 }
-
-
-@pytest.fixture(scope="module")
-def plugins():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(AUTOLOAD_ENV, raising=False)
-        mp.delenv(EXTRA_PLUGINS_ENV, raising=False)
-        return load_plugins()
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import torch
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import ConfigError, UsageError
 from ssilbench.leaderboard.table import build_table
-from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins
 from ssilbench.runner.identity import dataset_fingerprint
 from ssilbench.runner.plan import (
     SweepPlan,
@@ -27,14 +26,6 @@ from ssilbench.runner.sweep import run_sweep, work_unit
 from ssilbench.runner.units import PoolSetup
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(scope="module")
-def plugins():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(AUTOLOAD_ENV, raising=False)
-        mp.delenv(EXTRA_PLUGINS_ENV, raising=False)
-        return load_plugins()
 
 
 def tiny(**overrides) -> Sweep:
