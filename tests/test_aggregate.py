@@ -88,3 +88,18 @@ def test_sample_efficiency():
     assert value == pytest.approx((0 + 2 * 0.5) / 3)
     assert sample_efficiency([(16, 0.5)]) is None
     assert sample_efficiency([(16, 0.5), (16, 0.7)]) is None
+
+
+def test_performance_profile_is_a_step_function_with_a_bootstrap_band():
+    from ssilbench.leaderboard.aggregate import performance_profile
+
+    p = performance_profile([[0.2, 0.4, 0.6], [0.5, 0.7]])
+    # The lowest score less one, then every distinct score, where the fraction steps down.
+    assert p.taus == pytest.approx([-0.8, 0.2, 0.4, 0.5, 0.6, 0.7])
+    assert p.value == pytest.approx([1.0, 0.8, 0.6, 0.4, 0.2, 0.0])
+    assert all(lo <= v <= hi for lo, v, hi in zip(p.low, p.value, p.high, strict=True))
+    assert p.low[0] == p.high[0] == 1.0 and p.low[-1] == p.high[-1] == 0.0
+    assert any(hi - lo > 0.2 for lo, hi in zip(p.low, p.high, strict=True))  # a real band
+    assert performance_profile([[0.2, 0.4, 0.6], [0.5, 0.7]]) == p  # seeded
+    flat = performance_profile([[0.5, 0.5], [0.5]])  # no spread: no band
+    assert flat.value == flat.low == flat.high == [1.0, 0.0]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from ssilbench.leaderboard.render import render, to_csv, to_json, to_markdown
-from ssilbench.leaderboard.stats import mean_ci95, t975
+from ssilbench.leaderboard.stats import mean_ci95, seed_interval, t975
 from ssilbench.leaderboard.table import build_table
 from ssilbench.runner.results_db import RunRecord
 from ssilbench.runner.spec import RunSpec
@@ -66,6 +66,31 @@ def test_mean_ci95_by_hand():
 def test_mean_ci95_single_and_constant():
     assert mean_ci95([0.3]) == (0.3, None)
     assert mean_ci95([0.5, 0.5, 0.5]) == (0.5, 0.0)
+
+
+def test_seed_interval_stays_in_the_seeds_range_where_the_t_interval_does_not():
+    # The case of the issue: two seeds, a t-interval of ± 3.7 on a score in [0, 1].
+    mean, ci = mean_ci95([0.1, 0.682])
+    assert mean - ci < -3 and mean + ci > 3
+    assert seed_interval([0.1, 0.682]) == pytest.approx((0.391, 0.1, 0.682))  # two seeds: range
+    values = [0.9, 1.0, 1.0, 1.0, 0.2]
+    m, low, high = seed_interval(values)
+    assert m == pytest.approx(0.82) and 0.2 <= low < m < high <= 1.0
+    assert high == 1.0 and low > 0.2  # the bootstrap's percentiles, not the raw range
+    assert seed_interval(values) == (m, low, high)  # seeded: the same numbers every time
+    assert seed_interval([0.5]) == (0.5, None, None)
+    assert seed_interval([0.3, 0.3, 0.3]) == (0.3, 0.3, 0.3)
+    with pytest.raises(ValueError):
+        seed_interval([])
+
+
+def test_seed_interval_is_the_bootstrap_percentile_interval():
+    import numpy as np
+
+    values = [0.2, 0.9, 0.4, 0.6]
+    rng = np.random.Generator(np.random.PCG64(0))
+    means = np.asarray(values)[rng.integers(0, 4, (2000, 4))].mean(axis=1)
+    assert seed_interval(values)[1:] == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])))
 
 
 def test_mean_ci95_empty():
@@ -130,16 +155,21 @@ def test_cells_hold_mean_ci_and_seed_count(table):
     for (env, method, budget), scores in SCORES.items():
         t = maze10 if env == "maze:10x10" else maze20
         cell = t.cell(method, budget)
-        mean, ci = mean_ci95(scores)
+        mean, low, high = seed_interval(scores)
         assert cell.mean == pytest.approx(sum(scores) / len(scores))
         assert cell.mean == pytest.approx(mean)
         assert cell.n == len(scores)
-        assert (cell.ci95 is None) == (len(scores) == 1)
-        if ci is not None:
-            assert cell.ci95 == pytest.approx(ci)
-    # bc at 16: sd 0.2 over 3 seeds, t(2) = 4.303
-    assert maze10.cell("bc", "16").ci95 == pytest.approx(4.303 * 0.2 / math.sqrt(3))
+        assert (cell.low, cell.high) == (low, high)
+        assert (cell.low is None) == (len(scores) == 1)
+        assert cell.seeds == list(range(len(scores))) and cell.values == scores
+    assert (maze10.cell("bc", "16").low, maze10.cell("bc", "16").high) == pytest.approx((0.2, 0.6))
     assert maze10.cell("vm_idm", "0.5") is None
+
+
+def test_a_cells_interval_does_not_depend_on_the_order_of_its_runs():
+    forward = build_table(records())
+    backward = build_table(list(reversed(records())))
+    assert forward.to_dict() == backward.to_dict()
 
 
 def test_best_per_column(table):
@@ -169,13 +199,14 @@ def test_markdown(table):
     vm_row = [line for line in md.splitlines() if line.startswith("| vm_idm |")][0]
     cells = [c.strip() for c in vm_row.strip("|").split("|")]
     assert cells[0] == "vm_idm"
-    assert cells[1] == "**0.600 ± 0.248 (n=3)**"
+    assert cells[1] == "**0.600 [0.500, 0.700] (n=3)**"
     assert cells[2] == "0.300 (n=1)"
     assert cells[3] == "–"  # no vm_idm run at N_L=0.5
-    assert cells[4] == "**1.000 ± 0.000 (n=3)**"
+    assert cells[4] == "**1.000 [1.000, 1.000] (n=3)**"
     assert cells[5] == "–"  # the records do not say how many transitions were labeled
     bc_row = [line for line in md.splitlines() if line.startswith("| bc |")][0]  # maze:10x10
-    assert "| 0.400 ± 0.497 (n=3) |" in bc_row  # not bold: vm_idm is better at 16
+    assert "| 0.400 [0.200, 0.600] (n=3) |" in bc_row  # not bold: vm_idm is better at 16
+    assert "95% percentile-bootstrap interval: 2000 resamples of the seeds" in md
 
 
 def test_markdown_escapes_pipes_in_method_labels():
@@ -194,12 +225,14 @@ def test_csv_parses_back(table):
     assert set(by_key) == set(SCORES)
     for key, scores in SCORES.items():
         r = by_key[key]
-        mean, ci = mean_ci95(scores)
+        mean, low, high = seed_interval(scores)
         assert float(r["mean"]) == pytest.approx(mean, rel=1e-5)
-        assert (r["ci95"] == "") == (ci is None)
-        if ci is not None:
-            assert float(r["ci95"]) == pytest.approx(ci, rel=1e-5, abs=1e-9)
+        assert (r["low"] == "" == r["high"]) == (low is None)
+        if low is not None:
+            assert float(r["low"]) == pytest.approx(low, rel=1e-5, abs=1e-9)
+            assert float(r["high"]) == pytest.approx(high, rel=1e-5, abs=1e-9)
         assert int(r["n"]) == len(scores)
+        assert r["seeds"] == " ".join(str(s) for s in range(len(scores)))
         assert r["metric"] == "score"
         assert r["normaliser"] == "success rate"
     assert by_key[("maze:10x10", "bc", "all")]["best"] == "1"
@@ -214,7 +247,8 @@ def test_json_parses_and_matches(table):
     assert maze10["budgets"] == ["16", "64", "0.5", "all"]
     assert maze10["cells"]["bc"]["64"]["mean"] == pytest.approx(0.6)
     assert maze10["cells"]["bc"]["64"]["n"] == 2
-    assert maze10["cells"]["vm_idm"]["64"]["ci95"] is None
+    assert maze10["cells"]["vm_idm"]["64"]["low"] is None
+    assert maze10["cells"]["bc"]["64"]["seeds"] == [0, 1]
     assert "0.5" not in maze10["cells"]["vm_idm"]
 
 
@@ -251,7 +285,7 @@ def test_records_without_the_metric_are_ignored():
     table = build_table(recs, metric="test_accuracy")
     assert [t.env for t in table.tables] == ["maze:10x10"]
     cell = table.tables[0].cell("bc", "16")
-    assert (cell.mean, cell.ci95, cell.n) == (0.25, None, 1)
+    assert (cell.mean, cell.low, cell.n) == (0.25, None, 1)
 
 
 def test_records_without_a_score_are_ignored():
@@ -314,7 +348,10 @@ def test_latex_export_is_booktabs_escaped_and_bolds_the_best(table):
     assert tex == to_tex(table)
     assert tex.count(r"\begin{tabular}") == 3  # two environments and the suite
     assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
-    assert r"\textbf{0.600} $\pm$ 0.248" in tex  # vm_idm at 16 on maze:10x10
+    assert r"\textbf{0.600} [0.500, 0.700]" in tex  # vm_idm at 16 on maze:10x10
+    assert "percentile-bootstrap interval" in tex
+    # Every table has an AUC column, the suite's IQM table too.
+    assert tex.count(r" & AUC \\") == 3
     nasty = build_table([record("maze:10x10", "<script>_&%$#{}~^\\", "16", 0.5)])
     body = render(nasty, "tex")
     assert "<script>" not in body

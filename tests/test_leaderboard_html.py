@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 from html import unescape
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ssilbench.leaderboard.render import render
@@ -66,6 +68,65 @@ def test_the_page_is_self_contained_and_escapes_plugin_names(page):
     assert "git abc1234" in html and "success rate" in html
 
 
+def _points(svg_element: str) -> list[tuple[float, float]]:
+    raw = re.search(r'points="([^"]+)"', svg_element).group(1)
+    return [tuple(map(float, p.split(","))) for p in raw.split()]
+
+
+def test_figures_are_large_with_bands_step_profiles_and_seed_tooltips(page):
+    html = page.read_text()
+    svgs = re.findall(r"<svg.*?</svg>", html, flags=re.S)
+    assert len(svgs) == 3
+    for svg in svgs:
+        width = int(re.search(r'width="(\d+)"', svg).group(1))
+        assert width >= 900  # not the ~280 px plot of before
+        sizes = [int(f) for f in re.findall(r'<text class="tick"[^>]*font-size="(\d+)"', svg)]
+        assert sizes and min(sizes) >= 13
+    efficiency, _, profile = svgs
+    # A band per method whose cells have an interval (the evil method's seeds agree: a
+    # zero-width band still drawn), each enclosing its line.
+    bands = re.findall(r'<polygon class="band"[^>]*>', efficiency)
+    assert len(bands) == 3
+    bc_band = _points(next(b for b in bands if 'data-series="bc"' in b))
+    bc_line = _points(re.search(r'<polyline class="series" data-series="bc"[^>]*>',
+                                efficiency).group(0))  # fmt: skip
+    top, bottom = bc_band[: len(bc_line)], bc_band[len(bc_line) :][::-1]
+    for (x, y), (xt, yt), (xb, yb) in zip(bc_line, top, bottom, strict=True):
+        assert x == xt == xb and yt < y < yb  # SVG y grows downwards
+    # The profile is a step function: every segment is horizontal or vertical.
+    for line in re.findall(r'<polyline class="series"[^>]*>', profile):
+        pts = _points(line)
+        assert len(pts) > 4
+        assert all(a[0] == b[0] or a[1] == b[1] for a, b in zip(pts, pts[1:], strict=False))
+    assert len(re.findall(r'<polygon class="band"', profile)) == 3
+    # Seeds and their values in the tooltips of cells and points.
+    assert 'title="bc, N_L=16: seeds 0, 1, 2: 0.200, 0.400, 0.600; ssilbench 0.1.0' in html
+    assert "<title>bc, N_L=16 (16 labeled): 0.400 [0.200, 0.600], n=3; seeds 0, 1, 2:" in html
+    # The suite's IQM table has the AUC column too, and captions name the interval.
+    iqm = re.search(r"<h3>IQM.*?</table>", html, flags=re.S).group(0)
+    assert "<th>AUC</th>" in iqm
+    assert "95% percentile-bootstrap interval: 2000 resamples of the seeds" in html
+
+
+# Measures each figure as rendered: its box, the height of its tick and legend text, and
+# the number and on-screen area of its bands; written into the page for --dump-dom.
+MEASURE = """<script>
+var out = [];
+document.querySelectorAll("svg.chart").forEach(function (svg) {
+  var box = svg.getBoundingClientRect();
+  function px(sel) {
+    var t = svg.querySelector(sel); return t ? t.getBoundingClientRect().height : 0;
+  }
+  var area = 0, bands = svg.querySelectorAll("polygon.band");
+  bands.forEach(function (b) { var r = b.getBoundingClientRect(); area += r.width * r.height; });
+  out.push({width: box.width, height: box.height, tick_px: px("text.tick"),
+            legend_px: px("g.legend text"), bands: bands.length, band_area: area});
+});
+var pre = document.createElement("pre"); pre.id = "measured";
+pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+</script>"""
+
+
 def chromium(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     profile = ARTIFACTS / "chromium-profile"
     return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args],
@@ -89,10 +150,27 @@ def test_chromium_shows_the_numbers_sorts_the_table_and_draws_the_figures(page, 
     dom = chromium("--dump-dom", page.as_uri()).stdout
     rows = visible_rows(dom, 0)  # maze:10x10, methods in alphabetical order
     assert [r[0] for r in rows] == [EVIL, "bc", "vm_idm"]
-    assert rows[2][1].startswith("0.600 ± 0.248") and rows[2][2].startswith("0.950 ± 0.124")
+    assert rows[2][1] == "0.600 [0.500, 0.700] (n=3)"
+    assert rows[2][2] == "0.950 [0.900, 1.000] (n=3)"
     assert dom.count("<script") == 1  # the plugin's name stayed text
     assert dom.count("<svg") == 3  # two sample-efficiency figures, one performance profile
     assert "maze:all — 2 tasks" in dom
+
+    # As laid out in a 1200 px window: each figure and its text measured in the browser.
+    measured = tmp_path / "measured.html"
+    measured.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = chromium("--window-size=1200,2000", "--dump-dom", measured.as_uri()).stdout
+    sizes = json.loads(unescape(re.search(r'<pre id="measured">(.*?)</pre>', dom).group(1)))
+    assert len(sizes) == 3
+    for figure in sizes:
+        assert figure["width"] >= 900 and figure["height"] >= 400, figure
+        assert figure["tick_px"] >= 12 and figure["legend_px"] >= 12, figure  # legible text
+        assert figure["bands"] == 3 and figure["band_area"] > 10_000, figure
+
+    # The screenshot shows the bands: pixels of bc's red band (#d62728 at 18% on white).
+    pixels = np.asarray(pytest.importorskip("PIL.Image").open(shot).convert("RGB"), dtype=int)
+    band = int((np.abs(pixels - np.array([248, 216, 216])) <= 6).all(axis=2).sum())
+    assert band > 20_000, band
 
     # Click the N_L=64 header twice (descending) after load, as a reader would.
     clicked = tmp_path / "clicked.html"

@@ -111,6 +111,45 @@ def bootstrap(
     return Interval(point, float(low), float(high))
 
 
+@dataclass(frozen=True)
+class Profile:
+    """A performance profile: at each threshold of ``taus`` (ascending), the fraction of runs
+    scoring above it, with the 2.5th and 97.5th percentiles of its stratified bootstrap."""
+
+    taus: list[float]
+    value: list[float]
+    low: list[float]
+    high: list[float]
+
+
+def performance_profile(
+    scores: TaskScores, reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED
+) -> Profile:
+    """The fraction of all runs of all tasks scoring above τ (Agarwal et al., 2021): a step
+    function of τ that drops at each run's score. ``taus`` holds the lowest score less one
+    and then each distinct score: the fraction at a score is the value from there up to the
+    next one, so these points give the whole step function (its bootstrap resamples only
+    hold the same scores, so they step at the same points). The band resamples the runs
+    within each task, like :func:`bootstrap`."""
+    rows = _rows(scores)
+    pooled = np.concatenate(rows, axis=1)[0]
+    distinct = np.unique(pooled)
+    taus = np.concatenate([[distinct[0] - 1.0], distinct])
+
+    def above(sample: np.ndarray) -> np.ndarray:  # (reps, runs) -> (reps, taus)
+        ordered = np.sort(sample, axis=1)
+        n = ordered.shape[1]
+        return np.stack([n - np.searchsorted(r, taus, side="right") for r in ordered]) / n
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    resampled = np.concatenate(
+        [t[0, rng.integers(0, t.shape[1], (reps, t.shape[1]))] for t in rows], axis=1
+    )
+    low, high = np.percentile(above(resampled), [2.5, 97.5], axis=0)
+    return Profile([float(t) for t in taus], [float(v) for v in above(pooled[None, :])[0]],
+                   [float(v) for v in low], [float(v) for v in high])  # fmt: skip
+
+
 def sample_efficiency(points: Sequence[tuple[float, float]]) -> float | None:
     """Area under mean score vs log N_L, divided by the log range: the average score over
     the budgets on a log scale (one number per method; needs two or more budgets).

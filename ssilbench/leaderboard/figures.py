@@ -1,5 +1,7 @@
 """Figures of a sweep file's study: score against label budget, one panel per block panel and
-environment, methods as lines with a 95% seed interval. Drawn from the results store."""
+environment, methods as lines with a band of their 95% interval over seeds (a seeded
+percentile bootstrap: :func:`ssilbench.leaderboard.stats.seed_interval`). Drawn from the
+results store."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.errors import OutputError, os_error_message
-from ssilbench.leaderboard.stats import mean_ci95
+from ssilbench.leaderboard.stats import seed_interval
 
 if TYPE_CHECKING:
     from ssilbench.runner.results_db import RunRecord
@@ -34,11 +36,17 @@ class Series:
             return None
         return dict(zip(seeds, values, strict=True))
 
-    def summary(self) -> list[tuple[str, float, float | None, int]]:
+    def summary(self) -> list[tuple[str, float, float | None, float | None, int]]:
+        """Per budget, ascending: (budget, mean, low, high, n), the interval of
+        :func:`seed_interval` over the values in seed order where the seeds are known."""
         rows = []
         for budget in sorted(self.points, key=budget_sort_key):
-            mean, ci = mean_ci95(self.points[budget])
-            rows.append((budget, mean, ci, len(self.points[budget])))
+            values = self.points[budget]
+            seeds = self.seeds.get(budget, [])
+            if len(seeds) == len(values):  # the interval must not depend on the runs' order
+                values = [v for _, v in sorted(zip(seeds, values, strict=True))]
+            mean, low, high = seed_interval(values)
+            rows.append((budget, mean, low, high, len(values)))
         return rows
 
 
@@ -128,15 +136,14 @@ def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) 
         for series in panel.series.values():
             summary = series.summary()
             xs = [_x(b) for b, *_ in summary]
-            means = [m for _, m, _, _ in summary]
-            spread = [c or 0.0 for _, _, c, _ in summary]
+            means = [m for _, m, _, _, _ in summary]
             tint = colour[series.label]
             (handles[series.label],) = ax.plot(xs, means, marker="o", markersize=3,
                                                label=series.label, color=tint)  # fmt: skip
             ax.fill_between(
                 xs,
-                [m - c for m, c in zip(means, spread, strict=True)],
-                [m + c for m, c in zip(means, spread, strict=True)],
+                [m if lo is None else lo for _, m, lo, _, _ in summary],
+                [m if hi is None else hi for _, m, _, hi, _ in summary],
                 alpha=0.2,
                 color=tint,
             )
@@ -152,8 +159,11 @@ def draw(panels: list[Panel], title: str, metric: str, x_label: str, out: Path) 
         ax.set_visible(False)
     for ax in axes[:, 0]:
         ax.set_ylabel(metric.replace("_", " "))
+    # The legend's title says what a band is, wherever the figure is shown without its report.
     fig.legend([handles[n] for n in names], names, loc="lower center",
-               ncol=min(4, len(names)), fontsize=8, frameon=False)  # fmt: skip
+               ncol=min(4, len(names)), fontsize=8, frameon=False, title_fontsize=7,
+               title="lines: mean over seeds; bands: 95% percentile-bootstrap interval "
+                     "over seeds")  # fmt: skip
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     return save(fig, out)

@@ -1,19 +1,24 @@
 """The leaderboard as one self-contained HTML page.
 
 No network at view time: styles, the table-sorting script and every figure (inline SVG) are
-in the page. Per environment: a sortable table (mean ± 95% interval, seeds, AUC) whose cells
-carry the provenance of their runs, and a sample-efficiency figure (score vs N_L, log
-scale). Per suite: IQM and optimality-gap tables with bootstrap intervals, and a performance
-profile (fraction of runs scoring above τ). Every name from a plugin or a store is escaped.
+in the page. Per environment: a sortable table (mean [95% percentile-bootstrap interval],
+seed count, AUC) whose cells carry their seeds, values and provenance as tooltips, and a
+sample-efficiency figure (score vs N_L, log scale, the intervals as bands). Per suite: IQM
+(with AUC) and optimality-gap tables with bootstrap intervals, and a performance profile
+(the fraction of runs scoring above τ, a step function, with its bootstrap band). Every name
+from a plugin or a store is escaped.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from html import escape
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.table import EnvTable, SuiteTable, Table
+from ssilbench.leaderboard.render import interval_text
+from ssilbench.leaderboard.stats import SEED_INTERVAL
+from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
            "#e377c2", "#7f7f7f", "#bcbd22")  # fmt: skip
@@ -30,6 +35,7 @@ th[aria-sort=descending]::after { content: " \\25BC"; }
 td.best { font-weight: bold; }
 .note, .prov { color: #555; font-size: 90%; }
 figure { margin: .5em 0 1.5em; }
+figure svg { max-width: 100%; height: auto; font-family: system-ui, sans-serif; }
 """
 
 # Sorts a table by the clicked column: numbers by value (the first number of the cell), text
@@ -67,6 +73,16 @@ def _num(value: float | None) -> str:
     return "NaN" if value is None else f"{value:.6g}"
 
 
+def _seed_list(c: Cell) -> str:
+    """'seeds 0, 1, 2: 0.200, 0.400, 0.600' — the runs behind a cell, for its tooltips."""
+    return (f"seed{'s' if len(c.seeds) > 1 else ''} {', '.join(map(str, c.seeds))}: "
+            f"{', '.join(f'{v:.3f}' for v in c.values)}")  # fmt: skip
+
+
+def _cell_text(c: Cell) -> str:
+    return f"{c.mean:.3f}{interval_text(c.low, c.high)}"
+
+
 def _env_table(t: EnvTable) -> str:
     head = "".join(
         f"<th>{escape(h)}</th>" for h in ["method", *(f"N_L={b}" for b in t.budgets), "AUC"]
@@ -80,11 +96,11 @@ def _env_table(t: EnvTable) -> str:
             if c is None:
                 cells.append('<td data-value="NaN">–</td>')
                 continue
-            text = f"{c.mean:.3f}" + (f" ± {c.ci95:.3f}" if c.ci95 is not None else "")
-            title = f"{c.n} seed(s); " + "; ".join(c.provenance)
+            title = f"{method}, N_L={b}: {_seed_list(c)}; " + "; ".join(c.provenance)
             cls = ' class="best"' if c.best else ""
+            text = f"{escape(_cell_text(c))} <span class=note>(n={c.n})</span>"
             cells.append(f'<td{cls} data-value="{_num(c.mean)}" title="{escape(title)}">'
-                         f"{escape(text)} <span class=note>(n={c.n})</span></td>")  # fmt: skip
+                         f"{text}</td>")  # fmt: skip
         auc = t.efficiency.get(method)
         cls = ' class="best"' if auc is not None and auc == best_auc else ""
         cells.append(f'<td{cls} data-value="{_num(auc)}">'
@@ -106,71 +122,105 @@ def _footnote(t: EnvTable) -> str:
         what = f"Metric: {t.metric} (not normalised)."
     origins = sorted({p for m in t.cells.values() for c in m.values() for p in c.provenance})
     return (
-        f"<p class=note>{escape(what)} Cells: mean over seeds ± 95% t-interval, "
-        f"{escape(t.report)} evaluation; best per column in bold. Hover a cell for its runs' "
-        f"provenance. AUC: mean score over the budgets on a log N_L scale.</p>"
-        f"<p class=prov>Provenance: {escape(' | '.join(origins))}</p>"
+        f"<p class=note>{escape(what)} Cells: mean over seeds [{escape(SEED_INTERVAL)}] "
+        f"(n = seeds), {escape(t.report)} evaluation; best mean per column in bold. Hover a "
+        "cell or a point for its seeds, their values and their runs' provenance. AUC: mean "
+        "score over the budgets on a log N_L scale. Figure: the means as lines, the intervals "
+        f"as shaded bands.</p><p class=prov>Provenance: {escape(' | '.join(origins))}</p>"
     )
 
 
-def _svg_lines(
-    title: str,
-    series: list[tuple[str, list[tuple[float, float]]]],
-    x_label: str,
-    y_label: str,
-    log_x: bool,
-) -> str:
-    """A small line chart: one polyline with markers per series, axes with a few ticks."""
-    w, h, left, right, top, bottom = 620, 300, 52, 250, 26, 40
-    points = [p for _, pts in series for p in pts]
-    if not points:
+@dataclass
+class _Series:
+    """One method in a chart: its line (drawing order), its band (x, low, high; empty for
+    none) and its markers (x, y, tooltip)."""
+
+    name: str
+    line: list[tuple[float, float]]
+    band: list[tuple[float, float, float]] = field(default_factory=list)
+    markers: list[tuple[float, float, str]] = field(default_factory=list)
+    radius: float = 5.0  # of the markers
+
+
+# Chart geometry (px): wide enough to read at a glance on a laptop, with a legend beside
+# the plot that has room for a full method label.
+W, H, LEFT, RIGHT, TOP, BOTTOM = 960, 460, 72, 250, 44, 64
+LEGEND_CHARS = 30
+
+
+def _chart(title: str, series: list[_Series], x_label: str, y_label: str, log_x: bool,
+           x_ticks: list[float] | None = None) -> str:  # fmt: skip
+    """An SVG line chart: per series a shaded band, a line and markers with tooltips."""
+    xs = [x for s in series for x, _ in s.line]
+    if not xs:
         return ""
     fx = (lambda v: math.log10(v)) if log_x else (lambda v: v)
-    xs = [fx(x) for x, _ in points]
-    x0, x1 = min(xs), max(xs)
+    x0, x1 = min(fx(x) for x in xs), max(fx(x) for x in xs)
     if x1 == x0:
         x0, x1 = x0 - 0.5, x1 + 0.5
-    y0, y1 = min(0.0, min(y for _, y in points)), max(1.0, max(y for _, y in points))
+    ys = [y for s in series for _, y in s.line] + [v for s in series for _, lo, hi in s.band
+                                                   for v in (lo, hi)]  # fmt: skip
+    y0, y1 = min(0.0, min(ys)), max(1.0, max(ys))
 
     def px(x: float) -> float:
-        return left + (fx(x) - x0) / (x1 - x0) * (w - left - right)
+        return LEFT + (fx(x) - x0) / (x1 - x0) * (W - LEFT - RIGHT)
 
     def py(y: float) -> float:
-        return h - bottom - (y - y0) / (y1 - y0) * (h - top - bottom)
+        return H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-           f'viewBox="0 0 {w} {h}" role="img" aria-label="{escape(title)}">',
-           f'<text x="{left}" y="16" font-size="13">{escape(title)}</text>',
-           f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" '
-           'stroke="#444"/>',
-           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" '
-           'stroke="#444"/>']  # fmt: skip
-    for i in range(5):
-        y = y0 + (y1 - y0) * i / 4
-        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" font-size="10" '
-                   f'text-anchor="end">{y:.2f}</text>')  # fmt: skip
-    ticks = sorted({x for x, _ in points}) if log_x else [x0 + (x1 - x0) * i / 4 for i in range(5)]
-    for x in ticks:
-        label = f"{x:g}" if not log_x or x < 1e4 else f"{x:.0e}"
-        out.append(f'<text x="{px(x):.1f}" y="{h - bottom + 14}" font-size="10" '
-                   f'text-anchor="middle">{escape(label)}</text>')  # fmt: skip
-    out.append(f'<text x="{(left + w - right) / 2}" y="{h - 6}" font-size="11" '
+    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+           f'viewBox="0 0 {W} {H}" role="img" aria-label="{escape(title)}">',
+           f'<text class="title" x="{LEFT}" y="22" font-size="17" font-weight="600">'
+           f"{escape(title)}</text>"]  # fmt: skip
+    for i in range(6):  # horizontal grid and y ticks
+        y = y0 + (y1 - y0) * i / 5
+        out.append(f'<line x1="{LEFT}" y1="{py(y):.1f}" x2="{W - RIGHT}" y2="{py(y):.1f}" '
+                   f'stroke="#e4e4e4"/><text class="tick" x="{LEFT - 8}" y="{py(y) + 5:.1f}" '
+                   f'font-size="14" text-anchor="end">{y:.2f}</text>')  # fmt: skip
+    if x_ticks is None:  # five even ticks
+        x_ticks = [x0 + (x1 - x0) * i / 4 for i in range(5)]
+        x_ticks = [10**x for x in x_ticks] if log_x else x_ticks
+    last = -1e9
+    for x in sorted(x_ticks):
+        if px(x) - last < 48:  # labels closer than this would overlap
+            continue
+        last = px(x)
+        label = f"{x:g}" if abs(x) < 1e5 else f"{x:.1e}"
+        out.append(f'<line x1="{px(x):.1f}" y1="{H - BOTTOM}" x2="{px(x):.1f}" '
+                   f'y2="{H - BOTTOM + 5}" stroke="#444"/><text class="tick" x="{px(x):.1f}" '
+                   f'y="{H - BOTTOM + 22}" font-size="14" text-anchor="middle">'
+                   f"{escape(label)}</text>")  # fmt: skip
+    out.append(f'<line x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}" '
+               f'stroke="#444"/><line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}" '
+               'stroke="#444"/>')  # fmt: skip
+    out.append(f'<text x="{(LEFT + W - RIGHT) / 2}" y="{H - 16}" font-size="15" '
                f'text-anchor="middle">{escape(x_label)}</text>')  # fmt: skip
-    mid = (top + h - bottom) / 2
-    out.append(f'<text x="12" y="{mid}" font-size="11" text-anchor="middle" '
-               f'transform="rotate(-90 12 {mid})">{escape(y_label)}</text>')  # fmt: skip
-    for k, (name, pts) in enumerate(series):
+    mid = (TOP + H - BOTTOM) / 2
+    out.append(f'<text x="20" y="{mid}" font-size="15" text-anchor="middle" '
+               f'transform="rotate(-90 20 {mid})">{escape(y_label)}</text>')  # fmt: skip
+    for k, s in enumerate(series):
         colour = PALETTE[k % len(PALETTE)]
-        pts = sorted(pts)
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        out.append(f'<polyline class="series" data-series="{escape(name)}" fill="none" '
-                   f'stroke="{colour}" stroke-width="2" points="{path}"/>')  # fmt: skip
-        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{colour}">'
-                f"<title>{escape(name)}: {y:.3f}</title></circle>" for x, y in pts]  # fmt: skip
-        ly = top + 14 * k + 8
-        out.append(f'<rect x="{w - right + 10}" y="{ly - 8}" width="10" height="10" '
-                   f'fill="{colour}"/><text x="{w - right + 24}" y="{ly + 1}" font-size="10">'
-                   f"{escape(name[:40])}</text>")  # fmt: skip
+        name = escape(s.name)
+        if s.band:
+            edge = [(px(x), py(hi)) for x, _, hi in s.band]
+            edge += [(px(x), py(lo)) for x, lo, _ in reversed(s.band)]
+            path = " ".join(f"{x:.1f},{y:.1f}" for x, y in edge)
+            out.append(f'<polygon class="band" data-series="{name}" fill="{colour}" '
+                       f'fill-opacity="0.18" stroke="none" points="{path}"/>')  # fmt: skip
+    for k, s in enumerate(series):  # lines over every band
+        colour = PALETTE[k % len(PALETTE)]
+        name = escape(s.name)
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.line)
+        out.append(f'<polyline class="series" data-series="{name}" fill="none" '
+                   f'stroke="{colour}" stroke-width="2.5" points="{path}"/>')  # fmt: skip
+        out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{s.radius:g}" fill="{colour}">'
+                f"<title>{escape(tip)}</title></circle>" for x, y, tip in s.markers]  # fmt: skip
+        ly = TOP + 22 * k + 10
+        short = s.name if len(s.name) <= LEGEND_CHARS else s.name[: LEGEND_CHARS - 1] + "…"
+        out.append(f'<g class="legend"><title>{name}</title><rect x="{W - RIGHT + 16}" '
+                   f'y="{ly - 11}" width="14" height="14" fill="{colour}"/><text '
+                   f'x="{W - RIGHT + 36}" y="{ly + 1}" font-size="14">{escape(short)}</text>'
+                   "</g>")  # fmt: skip
     out.append("</svg>")
     return "".join(out)
 
@@ -178,20 +228,66 @@ def _svg_lines(
 def _efficiency_figure(t: EnvTable) -> str:
     series = []
     for method in t.methods:
-        pts = [(t.n_labeled[b], c.mean) for b in t.budgets
-               if (c := t.cell(method, b)) and t.n_labeled.get(b, 0) > 0]  # fmt: skip
-        if pts:
-            series.append((method, pts))
-    svg = _svg_lines(f"{t.env}: sample efficiency", series, "N_L (labeled transitions)",
-                     t.metric, log_x=True)  # fmt: skip
+        points = sorted((t.n_labeled[b], b, c) for b in t.budgets
+                        if (c := t.cell(method, b)) and t.n_labeled.get(b, 0) > 0)  # fmt: skip
+        if not points:
+            continue
+        series.append(_Series(
+            method,
+            [(n, c.mean) for n, _, c in points],
+            [(n, c.low, c.high) for n, _, c in points if c.low is not None
+             and c.high is not None],
+            [(n, c.mean, f"{method}, N_L={b} ({n:g} labeled): {_cell_text(c)}, n={c.n}; "
+              f"{_seed_list(c)}") for n, b, c in points],
+        ))  # fmt: skip
+    if any(len(s.band) != len(s.line) for s in series):  # a single seed: no band there
+        for s in series:
+            s.band = s.band if len(s.band) == len(s.line) else []
+    ticks = sorted({x for s in series for x, _ in s.line})
+    unit = "demonstrations" if t.unit == "demonstrations" else "transitions"
+    svg = _chart(f"{t.env}: sample efficiency", series, f"N_L (labeled {unit}, log scale)",
+                 f"{t.metric}: mean and 95% interval", log_x=True, x_ticks=ticks)  # fmt: skip
+    return f"<figure>{svg}</figure>" if svg else ""
+
+
+def _steps(taus: list[float], values: list[float], end: float) -> list[tuple[float, float]]:
+    """The corners of a step function equal to values[i] from taus[i] up to taus[i + 1]."""
+    out = []
+    for i, (tau, v) in enumerate(zip(taus, values, strict=True)):
+        out += [(tau, v), (taus[i + 1] if i + 1 < len(taus) else end, v)]
+    return out
+
+
+def _profile_figure(s: SuiteTable) -> str:
+    lows = [min(p.taus[1:]) for p in s.profile.values()]
+    highs = [max(p.taus) for p in s.profile.values()]
+    if not lows:
+        return ""
+    start, end = min(0.0, *lows), max(1.0, *highs)
+    series = []
+    for method, p in sorted(s.profile.items()):
+        taus = [max(p.taus[0], start), *p.taus[1:]]
+        line = _steps(taus, p.value, end)
+        low, high = _steps(taus, p.low, end), _steps(taus, p.high, end)
+        band = [(x, lo, hi) for (x, lo), (_, hi) in zip(low, high, strict=True)]
+        runs = len(s.values.get(method, []))
+        tips = [(tau, v, f"{method}: {v:.3f} of {runs} runs score above τ={tau:.3f} "
+                 f"(95% band {lo:.3f}–{hi:.3f})")
+                for tau, v, lo, hi in zip(taus[1:], p.value[1:], p.low[1:], p.high[1:],
+                                          strict=True)]  # fmt: skip
+        series.append(_Series(method, line, band, tips, radius=2.5))
+    svg = _chart(f"{s.suite}: performance profile (all budgets pooled)", series,
+                 "τ (score threshold)", "fraction of runs with score > τ", log_x=False)  # fmt: skip
     return f"<figure>{svg}</figure>" if svg else ""
 
 
 def _suite_section(s: SuiteTable) -> str:
     parts = [f"<h2>{escape(s.suite)} — {len(s.tasks)} tasks</h2>",
              f"<p class=note>Tasks: {escape(', '.join(s.tasks))}.</p>"]  # fmt: skip
+    best_auc = max((v for v in s.efficiency.values() if v is not None), default=None)
     for title, values in (("IQM", s.iqm), ("Optimality gap", s.optimality_gap)):
-        names = ["method", *(f"N_L={b}" for b in s.budgets)]
+        auc_column = title == "IQM"  # the AUC of the IQM curve; a gap has none
+        names = ["method", *(f"N_L={b}" for b in s.budgets), *(["AUC"] * auc_column)]
         head = "".join(f"<th>{escape(h)}</th>" for h in names)
         rows = []
         for method in s.methods:
@@ -201,23 +297,28 @@ def _suite_section(s: SuiteTable) -> str:
                 if iv is None:
                     cells.append('<td data-value="NaN">–</td>')
                 else:
+                    runs = s.runs.get(method, {}).get(b, 0)
+                    tip = f"{method}, N_L={b}: {runs} runs over {len(s.tasks)} tasks"
                     interval = f"<span class=note>[{iv.low:.3f}, {iv.high:.3f}]</span>"
-                    value = f'<td data-value="{_num(iv.value)}">{iv.value:.3f}'
+                    value = (f'<td data-value="{_num(iv.value)}" title="{escape(tip)}">'
+                             f"{iv.value:.3f}")  # fmt: skip
                     cells.append(f"{value} {interval}</td>")
+            if auc_column:
+                auc = s.efficiency.get(method)
+                cls = ' class="best"' if auc is not None and auc == best_auc else ""
+                cells.append(f'<td{cls} data-value="{_num(auc)}">'
+                             f"{'–' if auc is None else f'{auc:.3f}'}</td>")  # fmt: skip
             rows.append("<tr>" + "".join(cells) + "</tr>")
         parts.append(f"<h3>{title} ({escape(s.metric)})</h3><table class=\"sortable\"><thead>"
                      f"<tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")  # fmt: skip
     parts.append(
         f"<p class=note>95% stratified-bootstrap intervals ({BOOTSTRAP_REPS} resamples of the "
-        f"runs within each task, seed {BOOTSTRAP_SEED}).</p>"
+        f"runs within each task, seed {BOOTSTRAP_SEED}). AUC: mean IQM over the budgets on a "
+        "log N_L scale. Performance profile: the fraction of runs (every budget pooled) "
+        "scoring above τ, a step at each run's score; the band is its 95% stratified-bootstrap "
+        "interval at each τ.</p>"
     )
-    taus = [i / 20 for i in range(21)]
-    series = [(m, [(tau, sum(v > tau for v in vals) / len(vals)) for tau in taus])
-              for m, vals in sorted(s.values.items()) if vals]  # fmt: skip
-    svg = _svg_lines(f"{s.suite}: performance profile (all budgets)", series, "τ",
-                     "fraction of runs with score > τ", log_x=False)  # fmt: skip
-    if svg:
-        parts.append(f"<figure>{svg}</figure>")
+    parts.append(_profile_figure(s))
     return "".join(parts)
 
 

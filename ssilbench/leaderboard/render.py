@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
+from ssilbench.leaderboard.stats import SEED_INTERVAL
 from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
 
 FORMATS = ("md", "csv", "json", "tex", "html")
@@ -23,11 +24,15 @@ SUITE_NOTE = (
 )
 
 
+def interval_text(low: float | None, high: float | None) -> str:
+    """' [low, high]' of a cell's interval, or nothing for a single seed."""
+    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+
+
 def _fmt_cell(cell: Cell | None) -> str:
     if cell is None:
         return "–"
-    text = f"{cell.mean:.3f}" + (f" ± {cell.ci95:.3f}" if cell.ci95 is not None else "")
-    text += f" (n={cell.n})"
+    text = f"{cell.mean:.3f}{interval_text(cell.low, cell.high)} (n={cell.n})"
     return f"**{text}**" if cell.best else text
 
 
@@ -66,8 +71,8 @@ def _footnote(table: EnvTable) -> str:
         lines.append("N_L counts whole demonstrations: D_L holds every transition of N_L "
                      "demonstrations drawn per seed.")  # fmt: skip
     lines.append(
-        f"Cells: mean over seeds ± 95% t-interval (n = seeds), {what}; best per column in bold. "
-        "AUC: mean score over the budgets on a log N_L scale."
+        f"Cells: mean over seeds [{SEED_INTERVAL}] (n = seeds), {what}; best mean per column "
+        "in bold. AUC: mean score over the budgets on a log N_L scale."
     )
     return "\n".join(lines)
 
@@ -138,8 +143,8 @@ def to_csv(table: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(
-        ["kind", "env", "method", "budget", "metric", "statistic", "mean", "ci95", "low",
-         "high", "n", "best", "auc", "normaliser"]
+        ["kind", "env", "method", "budget", "metric", "statistic", "mean", "low", "high",
+         "n", "seeds", "best", "auc", "normaliser"]
     )  # fmt: skip
     for t in table.tables:
         norm = "; ".join(n["name"] for n in t.normalisers)
@@ -149,20 +154,19 @@ def to_csv(table: Table) -> str:
                 cell = t.cell(method, budget)
                 if cell is None:
                     continue
-                ci = cell.ci95
+                low, high = cell.low, cell.high
                 writer.writerow(
                     ["task", t.env, method, budget, t.metric, "mean", f"{cell.mean:.6g}",
-                     "" if ci is None else f"{ci:.6g}",
-                     "" if ci is None else f"{cell.mean - ci:.6g}",
-                     "" if ci is None else f"{cell.mean + ci:.6g}",
-                     cell.n, int(cell.best), "" if auc is None else f"{auc:.6g}", norm]
+                     "" if low is None else f"{low:.6g}", "" if high is None else f"{high:.6g}",
+                     cell.n, " ".join(map(str, cell.seeds)), int(cell.best),
+                     "" if auc is None else f"{auc:.6g}", norm]
                 )  # fmt: skip
     for c in table.comparisons:
         for budget, iv in c.improvement.items():
             writer.writerow(
                 ["comparison", c.scope, f"{c.method} > {c.other}", budget, "",
-                 "probability_of_improvement", f"{iv.value:.6g}", "", f"{iv.low:.6g}",
-                 f"{iv.high:.6g}", "", "", "", ""]
+                 "probability_of_improvement", f"{iv.value:.6g}", f"{iv.low:.6g}",
+                 f"{iv.high:.6g}", "", "", "", "", ""]
             )  # fmt: skip
     for s in table.suites:
         for statistic, values in (("iqm", s.iqm), ("optimality_gap", s.optimality_gap)):
@@ -171,8 +175,9 @@ def to_csv(table: Table) -> str:
                 for budget, iv in values.get(method, {}).items():
                     writer.writerow(
                         ["suite", s.suite, method, budget, s.metric, statistic,
-                         f"{iv.value:.6g}", "", f"{iv.low:.6g}", f"{iv.high:.6g}",
-                         s.runs[method][budget], "", "" if auc is None else f"{auc:.6g}", ""]
+                         f"{iv.value:.6g}", f"{iv.low:.6g}", f"{iv.high:.6g}",
+                         s.runs[method][budget], "", "", "" if auc is None else f"{auc:.6g}",
+                         ""]
                     )  # fmt: skip
     return out.getvalue()
 
@@ -229,17 +234,20 @@ def to_tex(table: Table) -> str:
                     continue
                 text = f"{c.mean:.3f}"
                 text = rf"\textbf{{{text}}}" if c.best else text
-                row.append(text + (f" $\\pm$ {c.ci95:.3f}" if c.ci95 is not None else ""))
+                row.append(text + interval_text(c.low, c.high))
             auc = t.efficiency.get(method)
             row.append("--" if auc is None else
                        (rf"\textbf{{{auc:.3f}}}" if auc == top else f"{auc:.3f}"))  # fmt: skip
             rows.append(row)
         what = "normalised score" if t.metric == "score" else tex_escape(t.metric)
-        caption = (f"{tex_escape(t.env)}: {what}, mean $\\pm$ 95\\% t-interval over seeds; "
-                   "best per column in bold.")  # fmt: skip
+        caption = (f"{tex_escape(t.env)}: {what}, mean over seeds "
+                   f"[{tex_escape(SEED_INTERVAL)}]; best mean per "
+                   "column in bold. AUC: mean score over the budgets on a log $N_L$ "
+                   "scale.")  # fmt: skip
         parts.append(_tex_table(caption, header, rows))
     for s in table.suites:
-        header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in s.budgets)]
+        header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in s.budgets), "AUC"]
+        top = _best(s.efficiency)
         best = {b: max((s.iqm[m][b].value for m in s.methods if b in s.iqm.get(m, {})),
                        default=None) for b in s.budgets}  # fmt: skip
         rows = []
@@ -254,9 +262,14 @@ def to_tex(table: Table) -> str:
                 value = f"{iv.value:.3f}"
                 value = rf"\textbf{{{value}}}" if iv.value == best[b] else value
                 row.append(f"{value} [{iv.low:.3f}, {iv.high:.3f}]")
+            auc = s.efficiency.get(method)
+            row.append("--" if auc is None else
+                       (rf"\textbf{{{auc:.3f}}}" if auc == top else f"{auc:.3f}"))  # fmt: skip
             rows.append(row)
         caption = (f"{tex_escape(s.suite)} ({len(s.tasks)} tasks): IQM with 95\\% stratified "
-                   "bootstrap intervals; best per column in bold.")  # fmt: skip
+                   f"bootstrap intervals ({BOOTSTRAP_REPS} resamples of the runs within each "
+                   f"task, seed {BOOTSTRAP_SEED}); best per column in bold. AUC: mean IQM "
+                   "over the budgets on a log $N_L$ scale.")  # fmt: skip
         parts.append(_tex_table(caption, header, rows))
     return "\n\n".join(parts) + "\n"
 

@@ -46,8 +46,9 @@ import numpy as np
 from ssilbench.data.split import budget_sort_key
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
 from ssilbench.leaderboard.figures import Panel, Series
-from ssilbench.leaderboard.render import md_escape
+from ssilbench.leaderboard.render import interval_text, md_escape
 from ssilbench.leaderboard.stats import (
+    SEED_INTERVAL,
     Cell,
     TTest,
     bootstrap_gap,
@@ -329,14 +330,14 @@ def _table(panel: Panel) -> list[str]:
         "|---|" + "---:|" * len(budgets),
     ]
     for series in panel.series.values():
-        cells = {b: (m, c, n) for b, m, c, n in series.summary()}
+        cells = {b: (m, lo, hi, n) for b, m, lo, hi, n in series.summary()}
         row = []
         for b in budgets:
             if b not in cells:
                 row.append("–")
                 continue
-            m, c, n = cells[b]
-            row.append(f"{m:.3f}" + (f" ± {c:.3f}" if c is not None else "") + f" (n={n})")
+            m, lo, hi, n = cells[b]
+            row.append(f"{m:.3f}{interval_text(lo, hi)} (n={n})")
         lines.append(f"| {md_escape(series.label)} | " + " | ".join(row) + " |")
     return [*lines, ""]
 
@@ -370,7 +371,11 @@ def study_section(
             lines.append(f"| {md_escape(v.claim.text)} | {MARKS[v.outcome]} | "
                          f"{md_escape(v.statistic)} | {md_escape(v.evidence)} |")  # fmt: skip
         lines.append("")
-    lines.append(f"Metric: {sweep_file.metric}; mean over seeds ± 95% t-interval.")
+    lines.append(
+        f"Metric: {sweep_file.metric}; cells: mean over seeds [{SEED_INTERVAL}] "
+        "(n = seeds). The claims above are judged by the tests of the rules at the "
+        "top, not by these intervals."
+    )
     lines.append("")
     for panel in panels:
         lines += _table(panel)

@@ -1,7 +1,8 @@
 """The one table model every leaderboard renderer reads.
 
 One table per environment label; rows are method labels, columns are label budgets N_L,
-cells are the mean over seeds with a 95% interval and the seed count. The best mean per
+cells are the mean over seeds with a 95% percentile-bootstrap interval
+(:func:`ssilbench.leaderboard.stats.seed_interval`), the seed count and the seeds. The best mean per
 column is marked. Each table names the normaliser its scores went through, and gives each
 method's sample efficiency (mean score over the budgets on a log scale).
 
@@ -20,8 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.errors import UsageError
-from ssilbench.leaderboard.aggregate import Interval, bootstrap, sample_efficiency
-from ssilbench.leaderboard.stats import mean_ci95
+from ssilbench.leaderboard.aggregate import (
+    Interval,
+    Profile,
+    bootstrap,
+    performance_profile,
+    sample_efficiency,
+)
+from ssilbench.leaderboard.stats import seed_interval
 
 if TYPE_CHECKING:
     from ssilbench.runner.results_db import RunRecord
@@ -30,10 +37,13 @@ if TYPE_CHECKING:
 @dataclass
 class Cell:
     mean: float
-    ci95: float | None
+    low: float | None  # 95% interval (seed_interval); None for a single seed
+    high: float | None
     n: int
     best: bool = False
     provenance: list[str] = field(default_factory=list)  # versions, commit and device of runs
+    seeds: list[int] = field(default_factory=list)  # the runs' seeds, ascending
+    values: list[float] = field(default_factory=list)  # their values, in the order of seeds
 
 
 @dataclass
@@ -65,6 +75,7 @@ class SuiteTable:
     runs: dict[str, dict[str, int]] = field(default_factory=dict)
     efficiency: dict[str, float | None] = field(default_factory=dict)
     values: dict[str, list[float]] = field(default_factory=dict)  # method -> every run, sorted
+    profile: dict[str, Profile] = field(default_factory=dict)  # method -> all budgets pooled
 
 
 @dataclass
@@ -189,6 +200,7 @@ def build_table(
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
+    seeds: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
@@ -198,6 +210,7 @@ def build_table(
             continue
         env, method, budget = _cell_of(record)
         values[env][method][budget].append(float(value))
+        seeds[(env, method, budget)].append(record.seed)
         origins[(env, method, budget)].add(provenance(record))
         if record.n_labeled:
             sizes[env][budget].append(int(record.n_labeled))
@@ -224,10 +237,16 @@ def build_table(
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
-                mean, ci = mean_ci95(samples)
+                # In seed order, here and in the suites' bootstraps below: the draws index
+                # the values, so no interval depends on the order the store gave the runs.
+                by_seed = sorted(zip(seeds[(env, method, budget)], samples, strict=True))
+                samples[:] = [v for _, v in by_seed]
+                mean, low, high = seed_interval(samples)
                 table.cells.setdefault(method, {})[budget] = Cell(
-                    mean, ci, len(samples), provenance=sorted(origins[(env, method, budget)])
-                )
+                    mean, low, high, len(samples),
+                    provenance=sorted(origins[(env, method, budget)]),
+                    seeds=[s for s, _ in by_seed], values=list(samples),
+                )  # fmt: skip
             table.efficiency[method] = sample_efficiency(
                 [(table.n_labeled.get(b, 0), table.cells[method][b].mean) for b in by_budget]
             )
@@ -301,5 +320,11 @@ def _suites(tables: list[EnvTable], values, metric: str) -> list[SuiteTable]:
             suite.values[method] = sorted(
                 v for t in envs for runs in values[t.env].get(method, {}).values() for v in runs
             )
+            # Per task, its runs at every budget in budget order (each in seed order); a
+            # task the method did not run is left out of its profile.
+            per_task = [[v for b in budgets for v in values[t.env].get(method, {}).get(b, [])]
+                        for t in envs]  # fmt: skip
+            if any(per_task):
+                suite.profile[method] = performance_profile([p for p in per_task if p])
         out.append(suite)
     return out
