@@ -37,10 +37,12 @@ from ssilbench.kit import (
     optimise,
     reuse_or_train,
 )
-from ssilbench_uva.autoencoder import KLAutoencoder, load_matching, matching_tensors
-from ssilbench_uva.model import Layout, UVANet
+from ssilbench_uva.autoencoder import KLAutoencoder
+from ssilbench_uva.checkpoints import load_autoencoder, load_backbone
+from ssilbench_uva.model import FusedUVANet, Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of
 from ssilbench_uva.options import UVABaseOptions, UVAOptions
+from ssilbench_uva.training import fit
 from ssilbench_uva.windows import Windows, chunk_targets, make_windows
 
 _ENCODE_BATCH = 256
@@ -102,9 +104,12 @@ def autoencoder(o: UVAOptions) -> KLAutoencoder:
                          o.vae_attention)  # fmt: skip
 
 
-def network(layout: Layout, o: UVAOptions) -> UVANet:
-    return UVANet(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth, o.action_head,
-                  o.diffusion_steps, o.sample_steps)  # fmt: skip
+def network(layout: Layout, o: UVAOptions) -> UVANet | FusedUVANet:
+    kind = FusedUVANet if o.token_layout == "fused" else UVANet
+    return kind(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth, o.action_head,
+                o.diffusion_steps, o.sample_steps, dropout=o.dropout,
+                condition_dim=o.condition_dim, condition_tokens=o.condition_tokens,
+                condition_drop=o.condition_drop)  # fmt: skip
 
 
 def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
@@ -121,8 +126,15 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     if o.width % o.heads:
         raise ConfigError(f"uva: width {o.width} is not a multiple of heads {o.heads}.")
     h, w = (s // downsample for s in size)
+    history = o.history or spec.frame_stack
+    if o.token_layout == "fused" and history != o.future:
+        raise ConfigError(
+            f"uva: the fused token layout pairs each future frame with a history frame, but "
+            f"there are {history} history frames and {o.future} future ones; set arch_options "
+            f"history and future to the same number, or token_layout=sequence."
+        )
     return Layout(
-        history=o.history or spec.frame_stack,
+        history=history,
         future=o.future,
         cameras=len(cameras(spec)),
         patches=h * w,
@@ -130,6 +142,7 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
         chunk=o.chunk or spec.action_chunk,
         action_dim=spec.num_actions,
         proprio_dim=sum(spec.extra_obs[k][0][0] for k in vectors(spec)),
+        grid=(h, w),
     )
 
 
@@ -161,7 +174,7 @@ class Shared:
             vae = autoencoder(o)
         vae = vae.to(ctx.device)
         if o.vae_checkpoint:
-            load_matching(vae, o.vae_checkpoint, "autoencoder", log=ctx.log)
+            load_autoencoder(vae, o.vae_checkpoint, o.checkpoint_layout, log=ctx.log)
         elif o.vae_steps:
             streams = self._streams(ctx.unlabeled)
             frames = len(streams[0])
@@ -274,7 +287,8 @@ def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.G
     """The loss of one mode on one minibatch of windows."""
     hist, fut, proprio = batches.inputs(rows)
     masks = mode_masks(mode, hist.shape[0], fut.shape[1], generator, min_mask_ratio,
-                       device=hist.device)  # fmt: skip
+                       device=hist.device, masking=batches.shared.options.masking,
+                       frames=batches.shared.layout.future)  # fmt: skip
     actions = batches.targets[rows] if batches.targets is not None else None
     if actions is None and bool(masks.actions_visible.any()):
         raise ValueError(f"UVA mode {mode!r} reads actions: it needs a labeled view or labels")
@@ -335,8 +349,8 @@ class UVARoleModel(RoleModel):
 
         def train() -> None:
             nonlocal last
-            last = optimise(net.parameters(), loss, len(batches), budget, lr=o.lr,
-                            batch_size=o.batch_size, seed=seed, rule=rule)  # fmt: skip
+            last = fit(net, loss, len(batches), budget, o, seed=seed,
+                       device=self.shared.device, rule=rule)  # fmt: skip
 
         starts = torch.from_numpy(batches.windows.starts)
         tensors = [starts] + ([batches.targets, batches.known] if batches.targets is not None
@@ -448,15 +462,17 @@ class UVA(UnifiedArchitecture):
         with torch.device("meta"):
             vae, net = autoencoder(options), network(layout, options)
         if options.vae_checkpoint:
-            matching_tensors(vae, options.vae_checkpoint, "autoencoder")
+            load_autoencoder(vae, options.vae_checkpoint, options.checkpoint_layout, apply=False)
         if options.backbone_checkpoint:
-            matching_tensors(net, options.backbone_checkpoint, "backbone")
+            load_backbone(net, options.backbone_checkpoint, options.checkpoint_layout,
+                          options.heads, apply=False)  # fmt: skip
 
     def role_model(self, ctx: RunContext, options: UVAOptions) -> UVARoleModel:
         shared = Shared(ctx, options)
         net = shared.new_net()
         if options.backbone_checkpoint:
-            load_matching(net, options.backbone_checkpoint, "backbone", log=ctx.log)
+            load_backbone(net, options.backbone_checkpoint, options.checkpoint_layout,
+                          options.heads, log=ctx.log)  # fmt: skip
         if options.pretrain_steps:
             pretrain(ctx, shared, net)
         init = {k: v.detach().clone() for k, v in net.state_dict().items()}

@@ -67,7 +67,8 @@ class _FinalLayer(nn.Module):
 
 
 class DenoiserMLP(nn.Module):
-    def __init__(self, target: int, cond: int, width: int, depth: int) -> None:
+    def __init__(self, target: int, cond: int, width: int, depth: int,
+                 reference_init: bool = False) -> None:  # fmt: skip
         super().__init__()
         self.time_embed = _TimeEmbed(width)
         self.cond_embed = nn.Linear(cond, width)
@@ -80,6 +81,22 @@ class DenoiserMLP(nn.Module):
             nn.init.zeros_(block.adaLN_modulation[-1].bias)
         nn.init.zeros_(self.final_layer.adaLN_modulation[-1].weight)
         nn.init.zeros_(self.final_layer.adaLN_modulation[-1].bias)
+        if reference_init:
+            self._reference_init()
+
+    def _reference_init(self) -> None:
+        # MAR's diffusion MLP: Xavier-uniform linear maps with zero bias, the time embedding
+        # N(0, 0.02), every modulation and the output layer zero (the head starts at 0).
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        nn.init.normal_(self.time_embed.mlp[0].weight, std=0.02)
+        nn.init.normal_(self.time_embed.mlp[2].weight, std=0.02)
+        for layer in (*(b.adaLN_modulation[-1] for b in self.res_blocks),
+                      self.final_layer.adaLN_modulation[-1], self.final_layer.linear):  # fmt: skip
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
         c = self.time_embed(t) + self.cond_embed(cond)
@@ -94,9 +111,9 @@ class DiffusionHead(nn.Module):
 
     def __init__(self, target: int, cond: int, width: int, depth: int,
                  train_steps: int = 100, sample_steps: int = 10,
-                 clip: float | None = None) -> None:  # fmt: skip
+                 clip: float | None = None, reference_init: bool = False) -> None:  # fmt: skip
         super().__init__()
-        self.net = DenoiserMLP(target, cond, width, depth)
+        self.net = DenoiserMLP(target, cond, width, depth, reference_init)
         self.target = target
         # The x0 estimate at the noisiest levels divides by sqrt(alpha_bar) ~ 0: clipping it
         # to the targets' range (actions scaled to [-1, 1]) keeps sampling stable.

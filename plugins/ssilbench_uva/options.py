@@ -4,13 +4,19 @@
 sizes (a MAR-B backbone: width 768, 12 + 12 blocks; KL-16 autoencoder with 128 base
 channels; diffusion heads of 6 blocks of 1024) and its optimisation settings (learning rate
 2e-5, batch 128, 50k pretraining steps), which is GPU work.
+
+The defaults follow the UVA reference code (``ShuangLI59/unified_video_action``): fused
+tokens, the pooled action head, one truncated-normal mask ratio per batch, AdamW with a
+cosine schedule, EMA weights, dropout 0.1, bf16 on CUDA. What ssilbench did before is one
+option away each (``docs/methods/uva.md``, "The reference code, the defaults and the
+options"); ``LEGACY`` collects them.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class UVAOptions(BaseModel):
@@ -20,14 +26,38 @@ class UVAOptions(BaseModel):
     width: int = Field(64, ge=8, description="Token width.")
     depth: int = Field(2, ge=1, description="Transformer blocks (half encoder, half decoder).")
     heads: int = Field(4, ge=1, description="Attention heads (must divide width).")
+    token_layout: Literal["fused", "sequence"] = Field(
+        "fused",
+        description="fused: one token per future-frame patch, its history patch, action and "
+        "proprioception concatenated along channels and projected (the reference); sequence: "
+        "every history, future, proprioception and action token in the sequence.",
+    )
+    dropout: float = Field(
+        0.1, ge=0, lt=1, description="Attention and projection dropout (reference 0.1)."
+    )
     # heads
     head_width: int = Field(128, ge=8, description="Width of the diffusion heads' MLPs.")
     head_depth: int = Field(2, ge=1, description="Residual blocks of the diffusion heads.")
-    action_head: Literal["diffusion", "linear"] = Field(
-        "diffusion", description="Diffusion action head, or the linear variant (SmoothL1, beta 1)."
+    action_head: Literal["reference", "per_token", "linear"] = Field(
+        "reference",
+        description="reference: future-frame outputs pooled (conv + FC per frame, frames -> "
+        "actions by a linear map, refined) into a diffusion MLP per action; per_token: a "
+        "diffusion MLP on each action token's output (sequence layout); linear: a linear map "
+        "with SmoothL1 (beta 1) on the same features.",
     )
     diffusion_steps: int = Field(100, ge=2, description="Noise levels of the diffusion heads.")
     sample_steps: int = Field(10, ge=1, description="DDIM steps per sample.")
+    # optional conditioning input (e.g. a language embedding per window)
+    condition_dim: int | None = Field(
+        None, ge=1, description="Width of a conditioning vector per window; None = none."
+    )
+    condition_tokens: int = Field(
+        64, ge=1, description="Tokens the condition occupies in the sequence (reference 64)."
+    )
+    condition_drop: float = Field(
+        0.1, ge=0, le=1, description="Training share of windows whose condition is replaced "
+        "by the learned null condition (reference label_drop_prob 0.1).",
+    )  # fmt: skip
     # window
     history: int | None = Field(None, ge=1, description="History frames; None = the env's stack.")
     future: int = Field(4, ge=1, description="Future frames (spread over the action chunk).")
@@ -47,16 +77,71 @@ class UVAOptions(BaseModel):
     vae_lr: float = Field(1e-3, gt=0)
     vae_batch: int = Field(16, ge=1)
     backbone_checkpoint: str | None = Field(
-        None, description="Local pretrained backbone (MAR-B style), loaded by name and shape."
+        None, description="Local pretrained backbone (a MAR-B checkpoint by default)."
+    )
+    checkpoint_layout: Literal["reference", "by_name"] = Field(
+        "reference",
+        description="reference: checkpoints have the public MAR-B / KL-16 key layout and load by "
+        "its documented mapping (missing or unexpected keys are refused); by_name: every tensor "
+        "whose name and shape match loads, the rest is left.",
     )
     # shared initialisation and training
     pretrain_steps: int = Field(
         200, ge=0, description="Video-model pretraining on D_U shared by every method (paper 50k)."
     )
-    lr: float = Field(3e-4, gt=0, description="Adam learning rate (paper 2e-5).")
+    lr: float = Field(3e-4, gt=0, description="Peak learning rate (paper 2e-5).")
     batch_size: int = Field(32, ge=1, description="Windows per minibatch (paper 128).")
-    min_mask_ratio: float = Field(0.7, ge=0, le=1, description="Video mode's least masked share.")
+    optimizer: Literal["adamw", "adam"] = Field("adamw", description="AdamW (reference) or Adam.")
+    weight_decay: float = Field(
+        0.02, ge=0, description="AdamW's decay of matrices (not of biases, norms, 1-D tensors)."
+    )
+    betas: tuple[float, float] = Field((0.9, 0.95), description="Adam(W) betas (reference).")
+    schedule: Literal["cosine", "constant"] = Field(
+        "cosine", description="cosine: warm-up, then half a cosine to 0 at the stage's end."
+    )
+    warmup_steps: int = Field(1000, ge=0, description="Linear warm-up from 0, in steps.")
+    ema: float = Field(
+        0.9999, ge=0, lt=1, description="EMA's largest decay (reference 0.9999; 0 = no EMA). "
+        "Stages end on the EMA weights, which are evaluated and trained further.",
+    )  # fmt: skip
+    ema_power: float = Field(0.75, gt=0, description="EMA warm-up: decay = 1 - (1 + step)^-power.")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="auto: bf16 autocast on CUDA, fp32 on CPU (bit-reproducible)."
+    )
+    masking: Literal["reference", "uniform"] = Field(
+        "reference",
+        description="reference: one truncated-normal ratio per batch, the same patches in every "
+        "future frame, in video, forward and full modes; uniform: a ratio per window from "
+        "[min_mask_ratio, 1], positions per token, video mode only (forward/full hide all).",
+    )
+    min_mask_ratio: float = Field(
+        0.7, ge=0, le=1, description="Least masked share of future tokens."
+    )
     init_seed: int = Field(0, description="Seed of the shared initialisation and pretraining.")
+
+    @model_validator(mode="after")
+    def _combinations(self) -> UVAOptions:
+        if self.token_layout == "fused" and self.action_head == "per_token":
+            raise ValueError(
+                "action_head=per_token reads action tokens, which only token_layout=sequence "
+                "has; use action_head=reference or linear, or token_layout=sequence."
+            )
+        return self
+
+
+LEGACY: dict[str, object] = {
+    "token_layout": "sequence",
+    "action_head": "per_token",
+    "masking": "uniform",
+    "optimizer": "adam",
+    "schedule": "constant",
+    "warmup_steps": 0,
+    "ema": 0.0,
+    "dropout": 0.0,
+    "precision": "fp32",
+    "checkpoint_layout": "by_name",
+}
+"""ssilbench's UVA before the reference defaults: ``arch_options`` giving these reproduce it."""
 
 
 class UVABaseOptions(UVAOptions):
