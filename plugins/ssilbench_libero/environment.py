@@ -3,11 +3,13 @@ protocols and imported demonstrations."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ssilbench.api import (
     ChunkedControlOptions,
@@ -39,6 +41,7 @@ from ssilbench_libero.tasks import (
 
 if TYPE_CHECKING:
     from ssilbench.kit import TransitionStore
+    from ssilbench_libero.episodes import EpisodeEnv
     from ssilbench_libero.vec_env import Libero10VectorEnv
 
 # Training length of the UVA paper's runs (step parity between methods); a LIBERO
@@ -52,11 +55,12 @@ class Libero10Options(ChunkedControlOptions):
 
     model_config = ConfigDict(extra="forbid")
 
-    protocol: Literal["official", "uva", "smoke"] = Field(
+    protocol: Literal["official", "paper", "uva", "smoke"] = Field(
         "official",
-        description="Evaluation protocol. 'official': LIBERO's (the task's first 20 fixed "
-        "initial states, 600 steps); 'uva': UVA's (3 seeded random placements, 500 steps); "
-        "'smoke': 2 episodes of 20 steps, for CI.",
+        description="Evaluation protocol, per task. 'official': LIBERO's (the task's first 20 "
+        "fixed initial states, 600 steps); 'paper': 10 fixed initial states per task, 600 "
+        "steps (100 rollouts over the ten tasks, the paper's count); 'uva': UVA's (3 seeded "
+        "random placements, 500 steps); 'smoke': 2 episodes of 20 steps, for CI.",
     )
     episodes: int | None = Field(
         None, ge=1, description="Evaluation episodes; default: the protocol's (20, 3 or 2)."
@@ -68,12 +72,56 @@ class Libero10Options(ChunkedControlOptions):
         0, ge=0, lt=NUM_INIT_STATES,
         description="Fixed initial state of the first episode (LIBERO's evaluation: 0).",
     )  # fmt: skip
+    multitask: bool = Field(
+        True,
+        description="libero10:all is one run of one model over the ten tasks, conditioned on "
+        "each task's instruction (the paper's setup); false: ten per-task runs.",
+    )
+    tasks: tuple[str, ...] | None = Field(
+        None,
+        description="The tasks libero10:all covers (comma-separated ids, in suite order); "
+        "unset: all ten.",
+    )
+    text_encoder: str | None = Field(
+        None,
+        description="Folder of a local CLIP text encoder (transformers format) that embeds "
+        "the instructions of a multitask run; unset: condition on the task index (a learned "
+        "embedding per task). Nothing is downloaded.",
+    )
+    text_dim: int = Field(
+        512, ge=1, le=65536,
+        description="Width of the text encoder's embeddings (CLIP ViT-B: 512).",
+    )  # fmt: skip
+    max_simulators: int = Field(
+        8,
+        ge=1,
+        le=1000,
+        description="Simulators alive at once during an evaluation: episodes are played in "
+        "waves of at most this many (a simulator holds up to ~0.7 GB).",
+    )
     dataset: str = Field(
         "demos",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="Name of the dataset under DATA_ROOT/libero10/: the one 'data import' "
         "wrote with the same -o dataset=NAME.",
     )
+
+    @field_validator("tasks", mode="before")
+    @classmethod
+    def _task_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [t.strip() for t in value.split(",") if t.strip()]
+        if value is None:
+            return None
+        ids = list(value)  # type: ignore[call-overload]
+        for t in ids:
+            if t not in BY_ID:
+                close = difflib.get_close_matches(str(t), TASK_IDS, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ValueError(f"unknown LIBERO-10 task {t!r}{hint} Known: {', '.join(TASK_IDS)}")
+        if not ids:
+            raise ValueError("tasks is empty: name at least one task, or leave it unset")
+        return tuple(t for t in TASK_IDS if t in ids)  # suite order, each once
 
 
 def dataset_dir(root: Path, name: str, task_id: str) -> Path:
@@ -91,12 +139,7 @@ class Libero10Task(Task):
         self.protocol = PROTOCOLS[options.protocol]
         self.max_steps = options.max_steps or self.protocol.max_steps
         episodes = options.episodes or self.protocol.episodes
-        if self.protocol.start == "init_states" and episodes > NUM_INIT_STATES:
-            raise UsageError(
-                f"{self.env_id}: protocol={options.protocol} starts episodes from the task's "
-                f"{NUM_INIT_STATES} fixed initial states; episodes={episodes} would repeat "
-                f"them. Use at most {NUM_INIT_STATES}, or -o protocol=uva for seeded starts."
-            )
+        _check_episodes(self.env_id, options.protocol, episodes)
         self.spec = EnvSpec(
             env_id=self.env_id,
             obs_shape=IMAGE_SHAPE,
@@ -167,18 +210,145 @@ class Libero10Task(Task):
             raise PluginError(f"The libero10 environments need LIBERO. {INSTALL_HINT}")
         render_backend()
 
-    def make_vec_env(self, num_envs: int, seed: int) -> Libero10VectorEnv:
+    def make_vec_env(self, num_envs: int, seed: int) -> Libero10VectorEnv | EpisodeEnv:
+        from ssilbench_libero.episodes import EpisodeEnv
         from ssilbench_libero.vec_env import Libero10VectorEnv
 
-        return Libero10VectorEnv(
-            self.task,
-            num_envs,
-            seed=seed,
-            start=self.protocol.start,
-            max_steps=self.max_steps,
-            frame_stack=self.options.frame_stack,
-            first_init_state=self.options.first_init_state,
+        settings = dict(start=self.protocol.start, max_steps=self.max_steps,
+                        frame_stack=self.options.frame_stack,
+                        first_init_state=self.options.first_init_state)  # fmt: skip
+        if num_envs <= self.options.max_simulators:
+            return Libero10VectorEnv(self.task, num_envs, seed=seed, **settings)  # type: ignore[arg-type]
+        # More episodes than simulators may be alive: the evaluator plays them in waves.
+        return EpisodeEnv([self.task], num_envs, seed, max_alive=self.options.max_simulators,
+                          **settings)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _check_episodes(env_id: str, protocol: str, episodes: int) -> None:
+    """Fixed initial states run out after 50 episodes of a task."""
+    if PROTOCOLS[protocol].start == "init_states" and episodes > NUM_INIT_STATES:
+        raise UsageError(
+            f"{env_id}: protocol={protocol} starts episodes from the task's "
+            f"{NUM_INIT_STATES} fixed initial states; episodes={episodes} would repeat "
+            f"them. Use at most {NUM_INIT_STATES}, or -o protocol=uva for seeded starts."
         )
+
+
+class Libero10Multitask(Task):
+    """``libero10:all`` as one task: one model over the ten tasks, each frame conditioned on
+    its task's instruction (``language``: CLIP embeddings from a local encoder, or the task's
+    one-hot index); D_L is N_L demonstrations per task, evaluation covers every task."""
+
+    def __init__(self, options: Libero10Options) -> None:
+        self.options = options
+        self.env_id = "libero10:all"
+        self.tasks = [BY_ID[t] for t in options.tasks or TASK_IDS]
+        self.task_ids = [t.id for t in self.tasks]
+        self.protocol = PROTOCOLS[options.protocol]
+        self.max_steps = options.max_steps or self.protocol.max_steps
+        self.per_task = options.episodes or self.protocol.episodes
+        _check_episodes(self.env_id, options.protocol, self.per_task)
+        language = bool(options.text_encoder)
+        dim = options.text_dim if language else len(self.tasks)
+        self.conditioning = {
+            "key": "language",
+            "kind": "clip" if language else "task_index",
+            "dim": dim,
+            "encoder": options.text_encoder or None,
+        }
+        self._embeddings: np.ndarray | None = None
+        self.spec = EnvSpec(
+            env_id=self.env_id,
+            obs_shape=IMAGE_SHAPE,
+            obs_dtype="uint8",
+            obs_kind="image",
+            num_actions=ACTION_DIM,
+            action_kind="continuous",
+            action_low=(-1.0,) * ACTION_DIM,
+            action_high=(1.0,) * ACTION_DIM,
+            action_names=ACTION_NAMES,
+            extra_obs={
+                "wrist": (IMAGE_SHAPE, "uint8"),
+                "proprio": ((PROPRIO_DIM,), "float32"),
+                "language": ((dim,), "float32"),
+            },  # fmt: skip
+            frame_stack=options.frame_stack,
+            action_chunk=options.action_chunk,
+            action_execute=options.action_execute,
+            horizon=self.max_steps,
+            eval_episodes=self.per_task * len(self.tasks),
+            eval_every=DEFAULT_STEPS,
+            action_selection="sample",
+            default_steps=DEFAULT_STEPS,
+            default_arch="uva",
+            normaliser=Normaliser(name="success", low=0.0, high=1.0, source=NORMALISER_SOURCE),
+            episode_score="return",
+            budget_unit="demonstrations",
+            report="final",
+            metadata={
+                "suite": SUITE,
+                "multitask": True,
+                "tasks": self.task_ids,
+                "language_instructions": [t.language for t in self.tasks],
+                "conditioning": self.conditioning,
+                "cameras": dict(CAMERAS),
+                "proprio": list(PROPRIO_LAYOUT),
+                "budget": "N_L demonstrations per task (D_L), every demonstration in D_U",
+                "protocol": options.protocol,
+                "protocol_description": self.protocol.description
+                + f"; per task, {self.per_task * len(self.tasks)} episodes in all",
+                "episodes_per_task": self.per_task,
+                "settle_steps": SETTLE_STEPS,
+                "first_init_state": options.first_init_state,
+                "dataset": options.dataset,
+            },
+        )
+
+    def embeddings(self, root: Path | None = None) -> np.ndarray:
+        """The conditioning table (10, dim), computed once (cached in the dataset folder
+        under ``root`` when given)."""
+        if self._embeddings is None:
+            from ssilbench_libero.language import task_embeddings
+
+            cache = Path(root) / "libero10" / self.options.dataset if root is not None else None
+            self._embeddings = task_embeddings(
+                [t.language for t in self.tasks], self.options.text_encoder,
+                self.options.text_dim, cache,
+            )  # fmt: skip
+        return self._embeddings
+
+    def dataset(self, root: Path) -> TransitionStore:
+        from ssilbench_libero.multitask import open_multitask
+
+        missing = [t.id for t in self.tasks
+                   if not dataset_dir(root, self.options.dataset, t.id).exists()]  # fmt: skip
+        if missing:
+            flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
+            raise DatasetError(
+                f"libero10:all trains one model on the ten tasks, but {len(missing)} of them "
+                f"are not imported into dataset '{self.options.dataset}' under {root}: "
+                f"{', '.join(missing)}. LIBERO data is never downloaded: import the LIBERO-10 "
+                f"HDF5 files with 'ssilbench data import libero10 --from DIR{flag} "
+                f"--data-root {root}' (see docs/environments/libero10.md), or run tasks one "
+                "by one with -o multitask=false."
+            )
+        single = self.options.model_copy(update={"multitask": False})
+        stores = [Libero10Task(t.id, single).dataset(root) for t in self.tasks]
+        return open_multitask(stores, self.task_ids, self.embeddings(root),
+                              {k: v for k, v in self.conditioning.items() if k != "encoder"},
+                              Path(root) / "libero10" / self.options.dataset)  # fmt: skip
+
+    def check_rollouts(self) -> None:
+        Libero10Task(self.task_ids[0], self.options).check_rollouts()
+
+    def make_vec_env(self, num_envs: int, seed: int) -> EpisodeEnv:
+        from ssilbench_libero.episodes import EpisodeEnv
+
+        return EpisodeEnv(self.tasks, num_envs, seed, start=self.protocol.start,
+                          max_steps=self.max_steps, frame_stack=self.options.frame_stack,
+                          first_init_state=self.options.first_init_state,
+                          language=self.embeddings(), max_alive=self.options.max_simulators,
+                          names=self.task_ids)  # fmt: skip
 
 
 class Libero10Environment(Environment):
@@ -196,7 +366,15 @@ class Libero10Environment(Environment):
     def tasks(self) -> list[str]:
         return list(TASK_IDS)
 
+    def expand_all(self, options: BaseModel) -> list[str]:
+        """``libero10:all``: the multitask task, or the ten tasks with multitask=false."""
+        if options.multitask:  # type: ignore[attr-defined]
+            return ["all"]
+        return list(options.tasks or TASK_IDS)  # type: ignore[attr-defined]
+
     def load(self, task: str, options: BaseModel | None = None) -> Task:
+        if task == "all":
+            return Libero10Multitask(self.options_of(options))  # type: ignore[arg-type]
         if task in BY_BDDL and task not in BY_ID:
             hint = f" ('{task}' is LIBERO's name of libero10:{BY_BDDL[task].id}.)"
             raise unknown(self.task_kind, task, TASK_IDS, hint)
@@ -217,9 +395,10 @@ class Libero10Environment(Environment):
         source = import_source(
             source, "the LIBERO-10 files <task>_demo.hdf5 (the download's libero_10/)."
         )
-        chosen = [BY_ID[t] for t in tasks] if tasks else list(TASKS)
+        # 'all' (the multitask task's name) stands for every task here.
+        chosen = [BY_ID[t] for t in tasks] if tasks and "all" not in tasks else list(TASKS)
         name = options.dataset  # type: ignore[attr-defined]
-        files = locate_files(source, chosen, every=not tasks)
+        files = locate_files(source, chosen, every=not tasks or "all" in tasks)
         # Check every file's layout before copying anything.
         plan = []
         for task in chosen:

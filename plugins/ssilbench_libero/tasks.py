@@ -97,6 +97,11 @@ PROTOCOLS: dict[str, Protocol] = {
         "LIBERO's: one episode from each of the task's first 20 fixed initial states, up to "
         "600 steps, score = success rate",
     ),
+    "paper": Protocol(
+        "paper", "init_states", 10, 600,
+        "the paper's count: one episode from each of the task's first 10 fixed initial "
+        "states (100 rollouts over the ten tasks), up to 600 steps, score = success rate",
+    ),
     "uva": Protocol(
         "uva", "seeded", 3, 500,
         "UVA's: 3 episodes whose objects LIBERO places at random from per-episode seeds, up "

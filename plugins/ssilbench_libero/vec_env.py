@@ -75,7 +75,7 @@ class Libero10VectorEnv(VectorEnv):
     last seeded reset) starts from fixed initial state
     ``(first_init_state + i + e * num_envs) % 50``: the seed does not move the start states,
     which are the protocol. With ``start="seeded"`` LIBERO places the objects at random from
-    a seed derived from (seed, i, e). Simulators are built at the first reset.
+    a seed derived from (seed, env_offset + i, e). Simulators are built at the first reset.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.DISABLED}
@@ -91,6 +91,7 @@ class Libero10VectorEnv(VectorEnv):
         frame_stack: int = 1,
         first_init_state: int = 0,
         settle_steps: int = SETTLE_STEPS,
+        env_offset: int = 0,
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
@@ -101,6 +102,9 @@ class Libero10VectorEnv(VectorEnv):
         self.frame_stack = int(frame_stack)
         self.first_init_state = int(first_init_state)
         self.settle_steps = int(settle_steps)
+        # Sub-environment i seeds its episodes as sub-environment env_offset + i would: a
+        # wave of an evaluation (EpisodeWaves) plays the same episodes as one env of all.
+        self.env_offset = int(env_offset)
         stack = (self.frame_stack,) if self.frame_stack > 1 else ()
         layout = observation_layout()
         self.single_observation_space = spaces.Dict({
@@ -146,7 +150,7 @@ class Libero10VectorEnv(VectorEnv):
 
     def _start_episode(self, i: int) -> None:
         env = self._envs[i]
-        seed = episode_seed(self._seed, i, int(self._episode[i]))
+        seed = episode_seed(self._seed, self.env_offset + i, int(self._episode[i]))
         # LIBERO draws object placements from numpy's global generator: seed it for this
         # reset only, and give everyone else theirs back.
         saved = np.random.get_state()

@@ -2,6 +2,11 @@
 
 Label budgets are nested: for one seed, the transitions labeled at N_L = 16 are among those
 labeled at N_L = 64, because every budget takes a prefix of the same seeded permutation.
+
+A store of several tasks (LIBERO-10's multitask store) may group its demonstrations:
+``manifest["metadata"]["episode_groups"]`` lists each episode's group (its task). Such a
+store's budget counts demonstrations *per group* (the paper's N_L = 2 per task): each group
+takes a prefix of its own seeded permutation, so budgets stay nested within every group.
 D_U is every transition of the dataset with its action removed (the paper's D^full without
 labels); the unlabeled view is built from the frames alone and holds no reference to any
 action array.
@@ -137,8 +142,46 @@ class LabeledView(_Transitions):
     actions: np.ndarray
 
 
+def episode_groups(store: TransitionStore) -> np.ndarray | None:
+    """Each episode's group where the store declares groups (``metadata.episode_groups``),
+    else None. A declaration of the wrong length is a damaged store."""
+    groups = store.manifest.get("metadata", {}).get("episode_groups")
+    if groups is None:
+        return None
+    out = np.asarray(groups, dtype=np.int64)
+    if out.shape != (store.num_episodes,):
+        raise UsageError(
+            f"The dataset at {store.root} declares {out.size} episode groups for "
+            f"{store.num_episodes} episodes; import it again."
+        )
+    return out
+
+
 def available_items(store: TransitionStore, unit: str = "transitions") -> int:
-    return store.num_episodes if unit == "demonstrations" else store.num_transitions
+    """How many items a budget may take: transitions, demonstrations, or, for a store of
+    grouped demonstrations, the demonstrations of its smallest group (a budget counts per
+    group there)."""
+    if unit != "demonstrations":
+        return store.num_transitions
+    groups = episode_groups(store)
+    if groups is None:
+        return store.num_episodes
+    return int(np.bincount(groups).min(initial=store.num_episodes)) if len(groups) else 0
+
+
+def grouped_episodes(groups: np.ndarray, budget: str, seed: int) -> np.ndarray:
+    """The episodes a budget labels in a grouped store, ascending: in every group, the first
+    N_L (or the fraction's share, at least one) of a permutation seeded by (seed, group),
+    so that a larger budget keeps a smaller one's episodes in each group."""
+    smallest = int(np.bincount(groups).min()) if len(groups) else 0
+    resolve_budget(budget, smallest, "demonstrations of the smallest task")  # refuses too many
+    chosen = []
+    for group in np.unique(groups):
+        members = np.flatnonzero(groups == group)
+        n_l = resolve_budget(budget, len(members), "demonstrations")
+        order = np.random.Generator(np.random.PCG64([seed, int(group)])).permutation(len(members))
+        chosen.append(members[order[:n_l]])
+    return np.sort(np.concatenate(chosen))
 
 
 def split(
@@ -146,7 +189,11 @@ def split(
 ) -> tuple[LabeledView, UnlabeledView]:
     """The labeled and unlabeled views for (dataset, N_L, seed): a pure function of them."""
     transitions = store.transition_indices()
-    if unit == "demonstrations":
+    groups = episode_groups(store) if unit == "demonstrations" else None
+    if groups is not None:
+        chosen = grouped_episodes(groups, budget, seed)
+        labeled = transitions[np.isin(store.episode_of_transitions(transitions), chosen)]
+    elif unit == "demonstrations":
         n_l = resolve_budget(budget, store.num_episodes, unit)
         chosen = np.sort(permutation(store.num_episodes, seed)[:n_l])
         labeled = transitions[np.isin(store.episode_of_transitions(transitions), chosen)]

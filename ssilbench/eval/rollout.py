@@ -175,13 +175,12 @@ class Evaluator:
             mean = float("nan")
         else:
             generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
-            episodes = run_episodes(
-                self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
-            )
+            episodes = self._episodes(policy, generator)
             returns = episodes.scores
             mean = float(returns.mean())
             if episodes.successes is not None:
                 success = {"success_rate": float(episodes.successes.mean())}
+            success |= self._group_metrics(episodes)
         return EvalResult(
             score=float(self.spec.normaliser(mean)),
             mean_return=mean,
@@ -192,6 +191,41 @@ class Evaluator:
                 **self.task.metrics(policy, self.device),
             },
         )
+
+    def _episodes(self, policy: Policy, generator: torch.Generator) -> Episodes:
+        """Every episode of the protocol. A vector env that cannot keep all its simulators
+        alive at once (LIBERO's) offers ``waves()``: vector envs over consecutive slices of
+        its sub-environments, each played to its end (and closed) before the next; their
+        episodes are joined in order."""
+        waves = getattr(self.venv, "waves", None)
+        if waves is None:
+            return run_episodes(
+                self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
+            )
+        parts = [
+            run_episodes(wave, policy, self.spec, self.spec.eval_seed, self.device, generator)
+            for wave in waves()
+        ]
+        reported = all(p.successes is not None for p in parts)
+        return Episodes(
+            np.concatenate([p.scores for p in parts]),
+            np.concatenate([p.successes for p in parts]) if reported else None,  # type: ignore[misc]
+            sum(p.forwarded for p in parts),
+        )
+
+    def _group_metrics(self, episodes: Episodes) -> dict[str, float]:
+        """Per named group of sub-environments (``venv.episode_groups``: a multitask
+        evaluation's tasks), its normalised score ``score/<group>`` and, where the
+        environment reports success, ``success_rate/<group>``."""
+        groups = getattr(self.venv, "episode_groups", None) or {}
+        out: dict[str, float] = {}
+        for name, index in groups.items():
+            if len(index) == 0:
+                continue
+            out[f"score/{name}"] = float(self.spec.normaliser(float(episodes.scores[index].mean())))
+            if episodes.successes is not None:
+                out[f"success_rate/{name}"] = float(episodes.successes[index].mean())
+        return out
 
     def close(self) -> None:
         if self.venv is not None:

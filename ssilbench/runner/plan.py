@@ -246,13 +246,26 @@ class SweepPlan:
         self.runs.append(spec)
 
 
-def expand_envs(plugins: Plugins, env_ids: list[str]) -> list[tuple[str, str]]:
+def expand_envs(
+    plugins: Plugins, env_ids: list[str], options: dict[str, Any] | None = None
+) -> list[tuple[str, str]]:
+    """``(family, task)`` of each id, ``family:all`` expanded to every task. A family whose
+    ``all`` depends on its options (LIBERO-10: one multitask task, or its ten tasks) has a
+    method ``expand_all(options) -> task names``; ``options`` are the sweep's (None: the
+    defaults). The names it returns need not be in ``tasks()``: ``load`` takes them."""
     out: list[tuple[str, str]] = []
     for env_id in env_ids:
         family, task = split_env_id(env_id)
         environment: Environment = plugins.environments.create(family)
         tasks = environment.tasks()
         chosen = tasks if task == "all" else [task]
+        expand_all = getattr(environment, "expand_all", None)
+        if task == "all" and expand_all is not None:
+            values = validate_model(
+                environment.Options, options or {}, f"options of environment '{family}'"
+            )
+            chosen = list(expand_all(values))
+            tasks = [*tasks, *chosen]
         for t in chosen:
             if t not in tasks:
                 raise unknown(f"task of '{family}'", t, tasks, f" Or use '{family}:all'.")
@@ -372,7 +385,7 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
     for m in methods.values():
         plan.methods[SweepPlan.method_key(m.name, m.config.model_dump(mode="json"))] = m
 
-    for family, task_name in expand_envs(plugins, sweep.envs):
+    for family, task_name in expand_envs(plugins, sweep.envs, sweep.options):
         environment = plugins.environments.create(family)
         options = validate_model(
             environment.Options, sweep.options, f"options of environment '{family}'"

@@ -90,7 +90,7 @@ def test_protocols_and_caps():
     spec = environment.load("book-caddy", capped).spec
     assert (spec.eval_episodes, spec.horizon) == (5, 50)
     assert (spec.frame_stack, spec.action_execute) == (2, 4)
-    assert set(PROTOCOLS) == {"official", "uva", "smoke"}
+    assert set(PROTOCOLS) == {"official", "paper", "uva", "smoke"}
     assert PROTOCOLS["official"].start == "init_states" and PROTOCOLS["uva"].start == "seeded"
     with pytest.raises(UsageError, match="50 fixed initial states"):
         environment.load("book-caddy", Libero10Options(episodes=51))
