@@ -254,6 +254,12 @@ class Environment(ABC):
     task_kind: ClassVar[str] = "task"
     """What :meth:`load`'s error for a name not in :meth:`tasks` calls a task
     (``"procgen game"``)."""
+    downloads: ClassVar[str | None] = None
+    """Optional: the download manifest of the family's published data, ``"package:file"``
+    naming a TOML file shipped as package data (``"ssilbench_procgen:downloads.toml"``).
+    ``ssilbench data download FAMILY`` streams the files it lists (resumed, sha256-checked)
+    and hands the folder to :meth:`import_dataset`; docs/plugin-authors.md describes the
+    format. None: the family publishes nothing to download."""
 
     @abstractmethod
     def tasks(self) -> list[str]:

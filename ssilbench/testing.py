@@ -29,7 +29,10 @@ the core module that defines it on first access, so this module stays light):
 - ``Stacked(nets, context=None)``: copies of a module run as one, through the module's
   ``stacked_forward`` fast path when given its ``stacked_encode`` context, else ``vmap``
   (test an architecture's fast path against the plain one, with
-  ``check_stacked_paths(fast, plain, fast_inputs, plain_inputs, targets)``).
+  ``check_stacked_paths(fast, plain, fast_inputs, plain_inputs, targets)``);
+- ``LocalServer(root)``: a folder served on 127.0.0.1 with Range requests (and dropped
+  connections, ignored ranges or quota pages on request), to test a ``downloads.toml``
+  with ``ssilbench data download FAMILY --from-url``.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from ssilbench.registry import lazy_attributes
 if TYPE_CHECKING:
     from ssilbench.data.dataset_writer import partial_path
     from ssilbench.data.datasets import TransitionStore
+    from ssilbench.data.local_server import LocalServer
     from ssilbench.data.split import split
     from ssilbench.eval.diagnostics import TestSetScorer
     from ssilbench.eval.rollout import Evaluator, rollout_returns, run_episodes
@@ -62,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConformanceError",
+    "LocalServer",
     "Evaluator",
     "RunStorage",
     "StageCache",
@@ -105,6 +110,7 @@ _HARNESS = {
     "TestSetScorer": "ssilbench.eval.diagnostics",
     "partial_path": "ssilbench.data.dataset_writer",
     "Stacked": "ssilbench.train.batched",
+    "LocalServer": "ssilbench.data.local_server",
 }
 
 

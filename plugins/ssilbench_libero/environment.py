@@ -362,6 +362,8 @@ class Libero10Environment(Environment):
     Options: ClassVar[type[BaseModel]] = Libero10Options
     task_class = Libero10Task
     task_kind = "libero10 task"
+    # The published data `ssilbench data download libero10` fetches (package data).
+    downloads: ClassVar[str | None] = "ssilbench_libero:downloads.toml"
 
     def tasks(self) -> list[str]:
         return list(TASK_IDS)

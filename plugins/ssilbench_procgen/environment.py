@@ -310,6 +310,8 @@ class ProcgenEnvironment(Environment):
     Options: ClassVar[type[BaseModel]] = ProcgenOptions
     task_class = ProcgenTask
     task_kind = "procgen game"
+    # The published data `ssilbench data download procgen` fetches (package data).
+    downloads: ClassVar[str | None] = "ssilbench_procgen:downloads.toml"
 
     def tasks(self) -> list[str]:
         return list(GAMES)

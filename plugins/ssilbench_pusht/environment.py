@@ -148,6 +148,8 @@ class PushTEnvironment(Environment):
     Options: ClassVar[type[BaseModel]] = PushTOptions
     task_class = PushTTask
     task_kind = "pusht task"
+    # The published data `ssilbench data download pusht` fetches (package data).
+    downloads: ClassVar[str | None] = "ssilbench_pusht:downloads.toml"
 
     def tasks(self) -> list[str]:
         return list(TASKS)

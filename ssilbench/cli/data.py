@@ -143,3 +143,139 @@ def data_collect(state: State, env_id: str, policy: str, frames: int, test_frame
                                  replace=replace, device=resolve_device(device),
                                  log=state.log(), test_frames=test_frames)  # fmt: skip
     click.echo(f"{family}:{task_name}: {_describe(store)} at {store.root}")
+
+
+@data.command("download")
+@click.argument("family")
+@click.option(
+    "--games",
+    "--tasks",
+    "tasks",
+    default=None,
+    help="Comma-separated tasks to download [default: every task of the manifest].",
+)
+@click.option(
+    "--from-url",
+    "base_url",
+    default=None,
+    metavar="BASE",
+    help="Download from this mirror instead of the publisher: BASE/NAME for each file NAME "
+    "of the manifest.",
+)
+@click.option(
+    "--dest",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder for the downloaded files [default: DATA_ROOT/downloads/FAMILY].",
+)
+@click.option(
+    "--manifest",
+    "manifest_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="A download manifest (TOML) to use instead of the one the plugin ships.",
+)
+@click.option(
+    "--sha256",
+    "pins",
+    multiple=True,
+    metavar="NAME=HEX",
+    help="Require this sha256 of the file NAME (repeatable); overrides the manifest.",
+)
+@click.option("-y", "--yes", is_flag=True, help="Start without asking (a terminal asks).")
+@click.option("--no-import", is_flag=True, help="Download only; do not import.")
+@click.option(
+    "--remove-downloads",
+    is_flag=True,
+    help="Delete the downloaded files once the import succeeded (the lock file stays).",
+)
+@count_option("--retries", minimum=0, default=5, help="Retries of a broken connection per file.")
+@env_options_option("Environment option for the import, e.g. -o dataset=NAME.")
+@data_root_option
+@click.option("--replace", is_flag=True, help="Import again over datasets already imported.")
+@click.pass_obj
+def data_download(state: State, family: str, tasks, base_url, dest, manifest_file, pins,
+                  yes: bool, no_import: bool, remove_downloads: bool, retries: int, options,
+                  data_root: str, replace: bool) -> None:  # fmt: skip
+    """Download FAMILY's published expert data (procgen, pusht, libero10), check it, import it.
+
+    The total size is shown first; in a terminal the command asks before it starts (--yes
+    skips the question), elsewhere it starts. Interrupted files resume; every file is
+    checked against its sha256 (or, where the publisher gives none, against the hash its
+    first download had: downloads.lock.json). See docs/guide.md, "Getting the data".
+    """
+    import sys
+
+    from ssilbench.api import provides
+    from ssilbench.data import download as dl
+
+    if ":" in family:
+        raise UsageError(f"'data download' takes a family, e.g. 'procgen'; pick tasks with "
+                         f"--games, not {family!r}.")  # fmt: skip
+    environment = state.plugins.environments.create(family)
+    if manifest_file:
+        manifest = dl.read_manifest(Path(manifest_file))
+        if manifest.family != family:
+            raise UsageError(f"--manifest {manifest_file} describes '{manifest.family}', not "
+                             f"'{family}'.")  # fmt: skip
+    else:
+        manifest = dl.packaged_manifest(environment)
+    if manifest is None:
+        if provides(environment, "import_dataset"):
+            hint = f"import data you have with 'ssilbench data import {family} --from DIR'"
+        else:
+            hint = f"its datasets are built with 'ssilbench data build {family}:all'"
+        raise UsageError(f"Environment '{family}' publishes no downloads: {hint}.")
+    if not no_import and not provides(environment, "import_dataset"):
+        raise UsageError(f"Environment '{family}' has no importer; use --no-import to only "
+                         "download the files.")  # fmt: skip
+    chosen: list[str] = []
+    if tasks is not None:
+        ids = [f"{family}:{t}" for t in comma_list(tasks, "task", "--games bigfish,coinrun")]
+        chosen = [t for _, t in expand_envs(state.plugins, ids)]
+        missing = [t for t in chosen if not any(t in f.tasks or not f.tasks
+                                                for f in manifest.files)]  # fmt: skip
+        if missing:
+            raise UsageError(f"The {family} download manifest has no file for "
+                             f"{', '.join(missing)}.")  # fmt: skip
+    opts = environment_options(environment, family, parse_options(options))
+    root = Path(data_root).expanduser()
+    folder = Path(dest).expanduser() if dest else root / "downloads" / family
+    files = manifest.select(chosen)
+    planned = dl.plan_downloads(manifest, files, folder,
+                                dl.check_base_url(base_url) if base_url else None,
+                                dl.parse_pins(pins, manifest))  # fmt: skip
+
+    click.echo(f"{manifest.title}" + (f" ({manifest.homepage})" if manifest.homepage else ""))
+    source = f"mirror {base_url}" if base_url else "the publisher"
+    click.echo(f"From {source} into {folder}:")
+    for line in dl.summary(planned):
+        click.echo(line)
+    if not any(p.expected for p in planned):
+        click.echo(
+            "No sha256 is published for these files: the hash of each first download is "
+            f"recorded in {folder / dl.LOCK_NAME} and later copies must match it."
+        )
+    if not yes and sys.stdin.isatty() and any(not p.present for p in planned):
+        click.confirm("Start the download?", default=True, abort=True)
+    reporter = dl.reporter_for(state.quiet, lambda line: click.echo(line, err=True))
+    fetched = dl.download_all(manifest, planned, folder, reporter, dl.Transfer(retries=retries))
+    got = sum(f.size for f in fetched if f.downloaded)
+    click.echo(f"{len(fetched)} file(s) in place and checked ({dl.human_size(got)} downloaded).")
+    if no_import:
+        click.echo(f"Import them with: ssilbench data import {family} --from "
+                   f"{folder / manifest.import_from}")  # fmt: skip
+        return
+    targets = chosen or manifest.tasks()
+    stores = environment.import_dataset(folder / manifest.import_from, root, targets, opts,
+                                        replace=replace, log=state.log())  # fmt: skip
+    for store in stores:
+        click.echo(f"{store.root}: {_describe(store)}")
+    if remove_downloads:
+        dl.remove_downloads(planned, folder)
+        click.echo(f"Deleted the downloaded files from {folder} (kept {dl.LOCK_NAME}).")
+    else:
+        click.echo(
+            f"The downloaded files stay in {folder}; delete them (or rerun with "
+            "--remove-downloads) once you no longer need them."
+        )

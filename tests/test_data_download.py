@@ -1,0 +1,489 @@
+"""``ssilbench data download``: the generic downloader against a real HTTP server on 127.0.0.1.
+
+The library is driven directly for the transfer cases (a dropped connection resumed with a
+Range request, a server that ignores ranges, a corrupted file, trust on first use, 404s and
+quota pages, unsafe archives); the command is driven end to end with a small third-party
+environment package that ships its own ``downloads.toml``, as a plugin author would. The
+built-in environments' downloads are tested in tests/plugins/NAME/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ssilbench.data import download as dl
+from ssilbench.data.local_server import LocalServer
+from ssilbench.errors import UsageError
+from ssilbench.testing import cli_exit_code, usage_error
+
+PAYLOAD = bytes(np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8))
+FAST = dl.Transfer(retries=3, timeout=10, backoff=0.01)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    # A proxy configured on the machine must not intercept the local server (the cli
+    # fixture's subprocesses inherit this environment).
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest(files: list[dict], **extra) -> dl.Manifest:
+    return dl.Manifest.model_validate({
+        "format": "ssilbench.downloads", "version": 1, "family": "toy", "title": "toy data",
+        "files": files, **extra,
+    })  # fmt: skip
+
+
+def one_file(**entry) -> dl.Manifest:
+    return manifest([{"name": "blob.bin", "url": "https://example.org/blob.bin", **entry}])
+
+
+def download(m: dl.Manifest, dest: Path, server: LocalServer, pins=None, transfer=FAST):
+    lines: list[str] = []
+    planned = dl.plan_downloads(m, m.files, dest, server.url, pins)
+    fetched = dl.download_all(m, planned, dest, dl.PlainReporter(lines.append), transfer)
+    return fetched, lines
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Path:
+    root = tmp_path / "mirror"
+    root.mkdir()
+    (root / "blob.bin").write_bytes(PAYLOAD)
+    return root
+
+
+# --- transfers ---------------------------------------------------------------------------
+
+
+def test_dropped_connection_is_resumed_with_a_range_request(served, tmp_path):
+    dest = tmp_path / "dest"
+    with LocalServer(served, drop_after={"blob.bin": 70_000}) as server:
+        (fetched,), lines = download(one_file(sha256=sha(PAYLOAD)), dest, server)
+        gets = server.gets("blob.bin")
+    assert [g.range for g in gets] == [None, "bytes=70000-"]
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD
+    assert not (dest / "blob.bin.part").exists()
+    assert fetched.sha256 == sha(PAYLOAD) and fetched.downloaded and not fetched.first_use
+    assert any("connection lost at 70.0 kB" in line and "retry 1/3" in line for line in lines)
+    assert any("sha256 verified (the toy manifest)" in line for line in lines)
+
+
+def test_a_part_left_by_an_earlier_run_is_continued(served, tmp_path):
+    dest = tmp_path / "dest"
+    m = one_file(sha256=sha(PAYLOAD))
+    with LocalServer(served, drop_after={"blob.bin": 50_000}) as server:
+        with pytest.raises(dl.DownloadError, match=r"run the command again to resume") as err:
+            download(m, dest, server, transfer=dl.Transfer(retries=0, backoff=0))
+        assert "blob.bin.part" in str(err.value)
+        assert (dest / "blob.bin.part").read_bytes() == PAYLOAD[:50_000]
+        planned = dl.plan_downloads(m, m.files, dest, server.url)
+        assert planned[0].partial == 50_000
+        assert "resuming: 50.0 kB already here" in "\n".join(dl.summary(planned))
+        download(m, dest, server)
+        assert [g.range for g in server.gets("blob.bin")] == [None, "bytes=50000-"]
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD
+
+
+def test_a_server_that_ignores_ranges_sends_the_whole_file_again(served, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "blob.bin.part").write_bytes(PAYLOAD[:1000])
+    with LocalServer(served, ranges=False) as server:
+        download(one_file(sha256=sha(PAYLOAD)), dest, server)
+        assert [g.range for g in server.gets("blob.bin")] == ["bytes=1000-"]
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD  # not the first 1000 bytes twice
+
+
+def test_a_complete_part_is_not_fetched_again(served, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "blob.bin.part").write_bytes(PAYLOAD)  # killed between the last byte and the rename
+    with LocalServer(served) as server:
+        download(one_file(sha256=sha(PAYLOAD)), dest, server)
+        assert [g.range for g in server.gets("blob.bin")] == [f"bytes={len(PAYLOAD)}-"]  # 416
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD
+
+
+def test_a_corrupted_file_is_refused_naming_both_hashes(served, tmp_path):
+    dest = tmp_path / "dest"
+    wrong = "0" * 64
+    with LocalServer(served) as server, pytest.raises(dl.DownloadError) as err:
+        download(one_file(sha256=wrong), dest, server)
+    message = str(err.value)
+    assert "blob.bin is corrupted or not the published file" in message
+    assert f"sha256 {sha(PAYLOAD)}, expected {wrong} (from the toy manifest)" in message
+    assert "--sha256 blob.bin=HEX" in message
+    assert not (dest / "blob.bin").exists() and not (dest / "blob.bin.part").exists()
+
+
+def test_a_wrong_size_is_refused_when_no_hash_is_published(served, tmp_path):
+    dest = tmp_path / "dest"
+    with LocalServer(served) as server, pytest.raises(dl.DownloadError) as err:
+        download(one_file(size=len(PAYLOAD) + 1), dest, server)
+    assert f"blob.bin has {len(PAYLOAD)} bytes, expected {len(PAYLOAD) + 1}" in str(err.value)
+    assert not dl.Lock.read(dest).files  # nothing trusted
+
+
+def test_trust_on_first_use_records_the_hash_and_checks_later_copies(served, tmp_path):
+    dest = tmp_path / "dest"
+    m = one_file()
+    with LocalServer(served) as server:
+        (fetched,), lines = download(m, dest, server)
+        assert fetched.first_use
+        lock = json.loads((dest / dl.LOCK_NAME).read_text())
+        assert lock["files"]["blob.bin"]["sha256"] == sha(PAYLOAD)
+        assert lock["files"]["blob.bin"]["size"] == len(PAYLOAD)
+        assert any("trust on first use" in line for line in lines)
+        # The same bytes again: checked against the lock, not recorded anew.
+        (dest / "blob.bin").unlink()
+        (fetched,), lines = download(m, dest, server)
+        assert not fetched.first_use
+        assert any("sha256 verified (the lock file" in line for line in lines)
+        # The publisher's file changes: refused, the lock file named.
+        (served / "blob.bin").write_bytes(PAYLOAD[::-1])
+        (dest / "blob.bin").unlink()
+        with pytest.raises(dl.DownloadError, match=r"expected [0-9a-f]{64} \(from the lock file"):
+            download(m, dest, server)
+        # A pinned hash overrides the lock.
+        (fetched,), _ = download(m, dest, server, pins={"blob.bin": sha(PAYLOAD[::-1])})
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD[::-1]
+
+
+def test_a_file_put_in_place_by_hand_is_verified_not_downloaded(served, tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "blob.bin").write_bytes(PAYLOAD)
+    with LocalServer(served) as server:
+        (fetched,), _ = download(one_file(sha256=sha(PAYLOAD)), dest, server)
+        assert server.requests == []
+    assert not fetched.downloaded
+    (dest / "blob.bin").write_bytes(b"something else")
+    with LocalServer(served) as server, pytest.raises(dl.DownloadError, match="Delete .*blob.bin"):
+        download(one_file(sha256=sha(PAYLOAD)), dest, server)
+    assert (dest / "blob.bin").read_bytes() == b"something else"  # a user's file stays
+
+
+def test_404_and_quota_pages_and_unreachable_hosts_say_what_to_do(served, tmp_path):
+    m = manifest([{"name": "missing.bin", "url": "https://example.org/missing.bin"}])
+    with LocalServer(served, html={"blob.bin"}) as server:
+        with pytest.raises(dl.DownloadError) as err:
+            download(m, tmp_path / "a", server)
+        assert "answered 404 Not Found: missing.bin is not there" in str(err.value)
+        assert "BASE/missing.bin" in str(err.value)
+        with pytest.raises(dl.DownloadError) as err:
+            download(one_file(), tmp_path / "b", server, transfer=dl.Transfer(retries=0))
+        assert "answered with a web page instead of blob.bin" in str(err.value)
+        assert "put it at" in str(err.value)
+        assert not list((tmp_path / "b").glob("blob.bin*"))
+        port = server.url.rsplit(":", 1)[1]
+    # The server is gone: refused at once, no retries.
+    planned = dl.plan_downloads(one_file(), one_file().files, tmp_path / "c",
+                                f"http://127.0.0.1:{port}")  # fmt: skip
+    with pytest.raises(dl.DownloadError, match=r"Cannot reach 127.0.0.1:\d+ for blob.bin"):
+        dl.download_all(one_file(), planned, tmp_path / "c", dl.SilentReporter(), FAST)
+
+
+def _zip(path: Path, members: dict[str, bytes]) -> bytes:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path.read_bytes()
+
+
+def test_archives_unpack_once_and_unsafe_members_are_refused(tmp_path):
+    root = tmp_path / "mirror"
+    root.mkdir()
+    _zip(root / "good.zip", {"game/train/0.npz": b"a", "game/test/0.npz": b"b"})
+    _zip(root / "evil.zip", {"../outside.txt": b"x"})
+    m = manifest([{"name": "good.zip", "url": "https://x.org/good.zip", "unpack": "zip"}])
+    dest = tmp_path / "dest"
+    with LocalServer(root) as server:
+        download(m, dest, server)
+        assert (dest / "game" / "train" / "0.npz").read_bytes() == b"a"
+        (dest / "game" / "train" / "0.npz").write_bytes(b"edited")
+        download(m, dest, server)  # same archive: not unpacked again
+        assert (dest / "game" / "train" / "0.npz").read_bytes() == b"edited"
+        evil = manifest([{"name": "evil.zip", "url": "https://x.org/evil.zip", "unpack": "zip"}])
+        with pytest.raises(dl.DownloadError, match="outside the download folder"):
+            download(evil, dest, server)
+    assert not (tmp_path / "outside.txt").exists()
+
+
+# --- manifests ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"name": "../x", "url": "https://a/x"}, "without '..'"),
+        ({"name": "x", "url": "ftp://a/x"}, "not an http(s) URL"),
+        ({"name": "x", "url": "https://a/x", "sha256": "ABC"}, "64 lower-case hex"),
+        ({"name": "x", "url": "https://a/x", "colour": "red"}, "Extra inputs"),
+    ],
+)
+def test_malformed_manifests_are_one_clear_error(entry, problem):
+    text = textwrap.dedent(f"""
+        format = "ssilbench.downloads"
+        version = 1
+        family = "toy"
+        title = "t"
+        [[files]]
+        {chr(10).join(f'{k} = "{v}"' for k, v in entry.items())}
+    """)
+    with pytest.raises(UsageError, match="Download manifest m.toml is malformed") as err:
+        dl.parse_manifest(text, "m.toml")
+    assert problem in str(err.value)
+
+
+def test_selecting_tasks_keeps_shared_files():
+    m = manifest([
+        {"name": "a.zip", "url": "https://x/a", "tasks": ["a"]},
+        {"name": "b.zip", "url": "https://x/b", "tasks": ["b"]},
+        {"name": "common.bin", "url": "https://x/c"},
+    ])  # fmt: skip
+    assert [f.name for f in m.select(["b"])] == ["b.zip", "common.bin"]
+    assert [f.name for f in m.select([])] == ["a.zip", "b.zip", "common.bin"]
+    assert m.tasks() == ["a", "b"]
+
+
+def test_every_built_in_manifest_parses_and_covers_its_tasks(plugins):
+    for family in ("procgen", "pusht", "libero10"):
+        environment = plugins.environments.create(family)
+        m = dl.packaged_manifest(environment)
+        assert m is not None and m.family == family
+        assert sorted(m.tasks()) == sorted(environment.tasks()), family
+        assert all(f.url.startswith("https://") for f in m.files)
+        # Either a published hash for every file, or the manifest says there is none.
+        assert all(f.sha256 for f in m.files) or "trust on first use" in m.hashes
+    assert dl.packaged_manifest(plugins.environments.create("maze")) is None
+
+
+# --- the command, end to end, with a third-party environment --------------------------------
+
+TOY_PLUGIN = """
+from pathlib import Path
+
+import numpy as np
+from ssilbench.api import DatasetError, EnvSpec, Environment, Normaliser, Task, hookimpl
+
+
+class ToyTask(Task):
+    def __init__(self, name, options):
+        self.name = name
+        self.spec = EnvSpec(env_id=f"toy:{name}", obs_shape=(3,), obs_dtype="float32",
+                            obs_kind="vector", num_actions=2, horizon=5, eval_episodes=1,
+                            eval_every=10, default_steps=10, default_arch="lc",
+                            normaliser=Normaliser(name="raw", low=0.0, high=1.0))
+
+    def dataset(self, root):
+        from ssilbench.kit import TransitionStore
+        return TransitionStore.open(Path(root) / "toy" / self.name)
+
+    def make_vec_env(self, num_envs, seed):
+        raise NotImplementedError
+
+
+class ToyEnvironment(Environment):
+    description = "toy data published for download"
+    task_class = ToyTask
+    task_kind = "toy task"
+    downloads = "toy_downloads:downloads.toml"
+
+    def tasks(self):
+        return ["alpha", "beta"]
+
+    def import_dataset(self, source, root, tasks, options, replace=False, log=print):
+        from ssilbench.kit import TransitionStore, already_imported
+        stores = []
+        for task in tasks:
+            if already_imported(Path(root) / "toy" / task, replace, log, f"toy:{task}"):
+                continue
+            path = Path(source) / f"{task}.npy"
+            if not path.is_file():
+                raise DatasetError(f"{path} is missing")
+            obs = np.load(path)
+            stores.append(TransitionStore.write(
+                Path(root) / "toy" / task, obs, np.zeros(len(obs), np.int64),
+                np.zeros(len(obs), np.float32), np.array([len(obs)]), {"from": str(path)}))
+            log(f"toy:{task}: imported {len(obs)} frames")
+        return stores
+
+
+@hookimpl
+def ssilbench_register_environments(registry):
+    registry.add("toy", "toy_downloads:ToyEnvironment", "toy data for download tests")
+"""
+
+TOY_MANIFEST = """
+format = "ssilbench.downloads"
+version = 1
+family = "toy"
+title = "Toy data"
+homepage = "https://example.org/toy"
+hashes = "{hashes}"
+import_from = "data"
+{files}
+"""
+
+
+def toy_frames(task: str) -> np.ndarray:
+    seed = {"alpha": 1, "beta": 2}[task]
+    return np.random.default_rng(seed).standard_normal((40, 3)).astype(np.float32)
+
+
+@pytest.fixture
+def toy(cli, tmp_path):
+    """A third-party environment package ``toy_downloads`` (plugin module + downloads.toml)
+    and a mirror holding its files; returns (cli, mirror folder, hashes by file name)."""
+    package = cli.plugin_dir / "toy_downloads"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(TOY_PLUGIN))
+    mirror = tmp_path / "mirror"
+    (mirror / "data").mkdir(parents=True)
+    hashes = {}
+    for task in ("alpha", "beta"):
+        np.save(mirror / "data" / f"{task}.npy", toy_frames(task))
+        hashes[f"data/{task}.npy"] = sha((mirror / "data" / f"{task}.npy").read_bytes())
+
+    def write_manifest(with_hashes: bool) -> None:
+        files = "".join(
+            f'\n[[files]]\nname = "data/{t}.npy"\nurl = "https://example.org/toy/{t}.npy"\n'
+            f'tasks = ["{t}"]\n'
+            + (f'sha256 = "{hashes[f"data/{t}.npy"]}"\n' if with_hashes else "")
+            for t in ("alpha", "beta")
+        )
+        text = TOY_MANIFEST.format(hashes="published" if with_hashes else "none: trust on "
+                                   "first use", files=files)  # fmt: skip
+        (package / "downloads.toml").write_text(text)
+
+    write_manifest(True)
+    cli.write_toy_manifest = write_manifest
+    return cli, mirror, hashes
+
+
+def _download(cli, server, *args):
+    env_args = ["--data-root", str(cli.data), "--from-url", server.url]
+    return cli("-p", "toy_downloads", "data", "download", "toy", *env_args, *args)
+
+
+def test_download_then_import_then_the_dataset_opens(toy):
+    cli, mirror, hashes = toy
+    with LocalServer(mirror, drop_after={"data/beta.npy": 200}) as server:
+        result = _download(cli, server, "--retries", "2")
+        assert result.returncode == 0, result.stderr
+        assert [g.range for g in server.gets("data/beta.npy")] == [None, "bytes=200-"]
+        out = result.stdout
+        assert "Toy data (https://example.org/toy)" in out
+        assert "2 file(s) to download, size unknown" in out
+        assert "data/alpha.npy  size unknown  sha256 from the toy manifest" in out
+        assert "2 file(s) in place and checked" in out
+        assert "toy/alpha: 40 frames" in out and "toy/beta: 40 frames" in out
+        assert "connection lost" in result.stderr  # plain lines: not a terminal
+        from ssilbench.data.datasets import TransitionStore
+
+        store = TransitionStore.open(cli.data / "toy" / "beta", verify=True)
+        np.testing.assert_array_equal(np.asarray(store.obs), toy_frames("beta"))
+        # Again: the files are verified in place, nothing is fetched, the import is skipped.
+        before = len(server.requests)
+        again = _download(cli, server)
+        assert again.returncode == 0, again.stderr
+        assert len(server.requests) == before
+        assert "already imported" in again.stderr
+
+
+def test_a_corrupted_download_exits_2_and_imports_nothing(toy):
+    cli, mirror, _ = toy
+    np.save(mirror / "data" / "alpha.npy", toy_frames("alpha") + 1)  # not the published bytes
+    with LocalServer(mirror) as server:
+        result = _download(cli, server, "--games", "alpha")
+    error = usage_error(result)
+    assert "data/alpha.npy is corrupted or not the published file" in error
+    assert not (cli.data / "toy").exists()
+    assert not (cli.data / "downloads" / "toy" / "data" / "alpha.npy").exists()
+
+
+def test_first_use_is_stated_in_the_output(toy):
+    cli, mirror, _ = toy
+    cli.write_toy_manifest(False)
+    with LocalServer(mirror) as server:
+        result = _download(cli, server, "--games", "beta", "--no-import")
+    assert result.returncode == 0, result.stderr
+    assert "No sha256 is published" in result.stdout
+    assert "trust on first use" in result.stderr
+    assert "ssilbench data import toy --from" in result.stdout
+    assert not (cli.data / "toy").exists()
+    lock = json.loads((cli.data / "downloads" / "toy" / dl.LOCK_NAME).read_text())
+    assert list(lock["files"]) == ["data/beta.npy"]
+
+
+@pytest.fixture
+def in_process(toy, monkeypatch, capsys):
+    """``ssilbench -p toy_downloads ARGS`` in this process (fast, for the refusals): the
+    last line of standard error of a command that must exit with 2."""
+    cli = toy[0]
+    monkeypatch.syspath_prepend(str(cli.plugin_dir))
+
+    def refused(*args: str) -> str:
+        code = cli_exit_code("-p", "toy_downloads", *args)
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "Traceback" not in err
+        return err.strip().splitlines()[-1]
+
+    yield refused
+    sys.modules.pop("toy_downloads", None)
+
+
+def test_user_errors_exit_2_with_one_message(in_process, tmp_path):
+    fine = ["data", "download", "toy", "--data-root", str(tmp_path), "--from-url",
+            "http://127.0.0.1:9"]  # fmt: skip
+    assert "Did you mean 'beta'" in in_process(*fine, "--games", "betta")
+    assert "not an http(s) URL" in in_process("data", "download", "toy", "--from-url", "ftp://x")
+    assert "give NAME=HEX" in in_process(*fine, "--sha256", "data/beta.npy")
+    assert "Unknown file 'beta.npy'" in in_process(*fine, "--sha256", f"beta.npy={'a' * 64}")
+    assert "takes a family" in in_process("data", "download", "toy:alpha")
+    maze = in_process("data", "download", "maze")
+    assert "Environment 'maze' publishes no downloads" in maze
+    assert "ssilbench data build maze:all" in maze
+    assert "Did you mean 'procgen'" in in_process("data", "download", "procgne")
+    assert "Cannot reach 127.0.0.1:9" in in_process(*fine, "--games", "alpha", "--yes")
+
+
+def test_a_user_manifest_replaces_the_plugins(toy, tmp_path):
+    cli, mirror, hashes = toy
+    own = tmp_path / "mine.toml"
+    own.write_text(
+        TOY_MANIFEST.format(
+            hashes="mine",
+            files=(
+                '\n[[files]]\nname = "data/alpha.npy"\nurl = "https://example.org/a.npy"\n'
+                'tasks = ["alpha"]\nsha256 = "' + "1" * 64 + '"\n'
+            ),
+        )
+    )
+    with LocalServer(mirror) as server:
+        error = usage_error(_download(cli, server, "--manifest", str(own), "--games", "alpha"))
+        assert f"expected {'1' * 64} (from the toy manifest)" in error
+        fixed = _download(cli, server, "--manifest", str(own), "--games", "alpha",
+                          "--sha256", f"data/alpha.npy={hashes['data/alpha.npy']}")  # fmt: skip
+        assert fixed.returncode == 0, fixed.stderr
+        assert "sha256 from --sha256" in fixed.stdout
+    other = tmp_path / "other.toml"
+    other.write_text(own.read_text().replace('family = "toy"', 'family = "maze"'))
+    assert "describes 'maze', not 'toy'" in usage_error(
+        cli("-p", "toy_downloads", "data", "download", "toy", "--manifest", str(other))
+    )
