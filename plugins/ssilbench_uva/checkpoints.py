@@ -294,13 +294,15 @@ def load_backbone(net: torch.nn.Module, path: str | Path, layout: str, heads: in
         if apply:
             return load_matching(net, path, "backbone", log=log)
         return len(matching_tensors(net, path, "backbone")[0])
+    state = read_state(path, "backbone")
+    check_layout(state, MAR_B, "backbone", path)  # first: is it MAR-B at all
     if heads != MAR_B_SIZES["heads"]:
         raise ConfigError(
             f"backbone checkpoint {path} is MAR-B, whose attention has 12 heads; this model "
             f"has {heads} (set heads 12, as arch uva_base does)."
         )
     own = {k: v.shape for k, v in net.state_dict().items()}
-    mapped, left = map_mar(read_state(path, "backbone"), own, "backbone", path)
+    mapped, left = map_mar(state, own, "backbone", path)
     if apply:
         net.load_state_dict(mapped, strict=False)
         reasons: dict[str, int] = {}

@@ -88,6 +88,11 @@ def test_bad_uva_options_exit_2_before_anything_runs(pusht_data, tmp_path):
     torch.save({"state_dict": {"classifier.weight": torch.zeros(3, 3)}}, unrelated)
     options = json.dumps({**TINY, "backbone_checkpoint": str(unrelated)})
     ckpt = cli.run("--method", "uva", "--env", "pusht", *short, "-c", "arch_options=" + options)
+    assert ckpt.returncode == 2  # not MAR-B's layout (checkpoint_layout=reference)
+    assert "364 missing" in ckpt.stderr and "1 unexpected (classifier.weight)" in ckpt.stderr
+    options = json.dumps({**TINY, "backbone_checkpoint": str(unrelated),
+                          "checkpoint_layout": "by_name"})  # fmt: skip
+    ckpt = cli.run("--method", "uva", "--env", "pusht", *short, "-c", "arch_options=" + options)
     assert ckpt.returncode == 2
     assert "none of its 1 tensors matches" in ckpt.stderr and "(0 of" in ckpt.stderr
     odd = json.dumps({**TINY, "vae_ch_mult": [1, 2, 2, 2, 2, 2, 2]})  # 64x: 96 px do not divide
