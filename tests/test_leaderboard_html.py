@@ -144,7 +144,7 @@ def visible_rows(dom: str, table_index: int) -> list[list[str]]:
 def test_chromium_shows_the_numbers_sorts_the_table_and_draws_the_figures(page, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "leaderboard.png"
-    out = chromium(f"--screenshot={shot}", "--window-size=1200,2000", page.as_uri())
+    out = chromium(f"--screenshot={shot}", "--window-size=1200,3000", page.as_uri())
     assert out.returncode == 0 and shot.stat().st_size > 10_000, out.stderr[-2000:]
 
     dom = chromium("--dump-dom", page.as_uri()).stdout
