@@ -20,7 +20,10 @@ proprio + 16 action tokens = 308 tokens.
 
 Two sizes: ``small`` (``UVAOptions`` defaults, what CPU tests use) and ``paper``
 (``UVABaseOptions``: MAR-B width 768 x 24 blocks, KL-16 autoencoder, heads 6 x 1024,
-100 DDIM steps; marked ``slow``, tiny batch on a CPU). On a CPU torch runs with one thread
+100 DDIM steps; marked ``slow``, tiny batch on a CPU). ``legacy`` is the small size with
+the options of ``LEGACY`` (ssilbench's UVA before the reference defaults: sequence layout,
+per-token action head, Adam, no EMA, no dropout), to compare with the defaults (fused
+layout, pooled action head, AdamW + EMA, dropout 0.1). On a CPU torch runs with one thread
 unless UVA_BENCH_THREADS says otherwise. Select with ``-k small`` or ``-m slow``:
 
     python -m pytest benchmarks/test_bench_uva.py -q -s -m "not slow"
@@ -40,25 +43,25 @@ from ssilbench.api import RunContext, Stage
 from ssilbench.data.split import UnlabeledView
 from ssilbench.train.budget import StagePlan
 from ssilbench_pusht.environment import PushTOptions, PushTTask
-from ssilbench_uva.architecture import Shared, UVAPolicy, UVARoleModel
+from ssilbench_uva.architecture import Shared, UVAPolicy, UVARoleModel, layout_for, network
 from ssilbench_uva.autoencoder import KLAutoencoder
-from ssilbench_uva.model import UVANet
 from ssilbench_uva.modes import MODES
-from ssilbench_uva.options import UVABaseOptions, UVAOptions
+from ssilbench_uva.options import LEGACY, UVABaseOptions, UVAOptions
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 CPU = DEVICE.type == "cpu"
 THREADS = int(os.environ.get("UVA_BENCH_THREADS", "1"))
 SPEC = PushTTask("pusht", PushTOptions()).spec
-SIZES = ["small", pytest.param("paper", marks=pytest.mark.slow)]
+SIZES = ["small", "legacy", pytest.param("paper", marks=pytest.mark.slow)]
 # Windows per minibatch: the options' own (32) at the small size; the paper's 128 is GPU work.
 OPTIONS = {
     "small": UVAOptions(vae_steps=0),
+    "legacy": UVAOptions(vae_steps=0, **LEGACY),
     "paper": UVABaseOptions(vae_steps=0, batch_size=2 if CPU else 128),
 }
-STEPS = {"small": 3 if CPU else 20, "paper": 1 if CPU else 10}
-ROUNDS = {"small": 3, "paper": 1}
-FRAMES = {"small": 64, "paper": 16}  # stored frames (two episodes), encoded once per size
+STEPS = {"small": 3 if CPU else 20, "legacy": 3 if CPU else 20, "paper": 1 if CPU else 10}
+ROUNDS = {"small": 3, "legacy": 3, "paper": 1}
+FRAMES = {"small": 64, "legacy": 64, "paper": 16}  # stored frames (two episodes), per size
 RESULTS: list[tuple[str, str]] = []
 
 
@@ -221,11 +224,11 @@ def test_encode(benchmark, size):
     _record(benchmark, f"encode {size}", f"{per_frame:9.2f} ms/frame (batches of 4 frames)")
 
 
-@pytest.mark.parametrize("size", ["small", "paper"])
+@pytest.mark.parametrize("size", ["small", "legacy", "paper"])
 def test_parameters(benchmark, size):
     """Parameter counts of the network and the autoencoder (construction time, one round)."""
     o = OPTIONS[size]
-    layout = _shared("small")[0].layout  # the same at both sizes (downsampling 16)
+    layout = layout_for(SPEC, o)
     built = {}
 
     def run():
@@ -233,8 +236,7 @@ def test_parameters(benchmark, size):
         built["vae"] = KLAutoencoder(
             o.vae_ch, o.vae_ch_mult, o.vae_blocks, o.latent_channels, o.vae_attention
         )
-        built["net"] = UVANet(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth,
-                              o.action_head, o.diffusion_steps, o.sample_steps)  # fmt: skip
+        built["net"] = network(layout, o)
 
     benchmark.pedantic(run, rounds=1, iterations=1)
     net, vae = built["net"], built["vae"]
@@ -243,7 +245,8 @@ def test_parameters(benchmark, size):
         "net": _count(net),
         "transformer_blocks": blocks,
         "video_head": _count(net.diffloss),
-        "action_head": _count(net.action_head),
+        "action_head": _count(net.action_head)
+        + (_count(net.action_pool) if net.action_pool is not None else 0),
         "vae": _count(vae),
         "vae_encoder": _count(vae.encoder) + _count(vae.quant_conv),
     }
