@@ -487,3 +487,33 @@ def test_a_user_manifest_replaces_the_plugins(toy, tmp_path):
     assert "describes 'maze', not 'toy'" in usage_error(
         cli("-p", "toy_downloads", "data", "download", "toy", "--manifest", str(other))
     )
+
+
+class _Terminal:
+    """Standard input that is a terminal, answering ``answer`` to the question."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self) -> str:
+        return self.answer + "\n"
+
+
+def test_a_terminal_is_asked_before_the_download_and_yes_skips_it(toy, monkeypatch, capsys):
+    cli = toy[0]
+    monkeypatch.syspath_prepend(str(cli.plugin_dir))
+    args = ["-p", "toy_downloads", "data", "download", "toy", "--data-root", str(cli.data),
+            "--from-url", "http://127.0.0.1:9"]  # fmt: skip
+    try:
+        monkeypatch.setattr(sys, "stdin", _Terminal("n"))
+        assert cli_exit_code(*args) == 130  # declined: nothing was fetched
+        out = capsys.readouterr()
+        assert "Start the download? [Y/n]" in out.out and "Aborted." in out.err
+        assert "Cannot reach" not in out.err
+        assert cli_exit_code(*args, "--yes") == 2  # not asked: it tried the (closed) port
+        assert "Cannot reach 127.0.0.1:9" in capsys.readouterr().err
+    finally:
+        sys.modules.pop("toy_downloads", None)

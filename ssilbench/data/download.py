@@ -386,7 +386,7 @@ class PlainReporter:
     def start(self, name: str, total: int | None, done: int) -> None:
         self.name, self.total, self.done, self._first = name, total, done, done
         self._start = self._last = time.monotonic()
-        of = f" of {human_size(total)}" if total is not None else ""
+        of = f" {human_size(total)}" if total is not None else " (size not announced)"
         at = f" from {human_size(done)}" if done else ""
         self.echo(f"{name}: downloading{of}{at}")
 
@@ -413,10 +413,19 @@ class PlainReporter:
 
 
 class RichReporter:
-    """A rich progress bar per file on stderr (a terminal)."""
+    """A rich progress bar per file on stderr (a terminal); each finished bar stays."""
 
     def __init__(self) -> None:
         from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.progress: Any = None
+        self.task: Any = None
+
+    def line(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def start(self, name: str, total: int | None, done: int) -> None:
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -426,17 +435,11 @@ class RichReporter:
             TransferSpeedColumn,
         )
 
-        self.console = Console(stderr=True)
+        # One Progress per file, so that a finished file's bar is printed once and stays.
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
             TransferSpeedColumn(), TimeRemainingColumn(), console=self.console,
         )  # fmt: skip
-        self.task: Any = None
-
-    def line(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False)
-
-    def start(self, name: str, total: int | None, done: int) -> None:
         self.progress.start()
         self.task = self.progress.add_task(name, total=total, completed=done)
 
@@ -447,7 +450,9 @@ class RichReporter:
         self.progress.update(self.task, completed=done)
 
     def finish(self) -> None:
-        self.progress.stop()
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
 
 
 class SilentReporter:
