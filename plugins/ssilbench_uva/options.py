@@ -106,7 +106,9 @@ class UVAOptions(BaseModel):
     )  # fmt: skip
     ema_power: float = Field(0.75, gt=0, description="EMA warm-up: decay = 1 - (1 + step)^-power.")
     precision: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="auto: bf16 autocast on CUDA, fp32 on CPU (bit-reproducible)."
+        "auto",
+        description="auto or bf16: bf16 autocast on CUDA (a CPU run stays fp32, which keeps it "
+        "bit-reproducible); fp32 everywhere.",
     )
     masking: Literal["reference", "uniform"] = Field(
         "reference",

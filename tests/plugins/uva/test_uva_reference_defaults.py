@@ -359,3 +359,30 @@ def test_fused_layout_refuses_unpaired_history_with_a_clear_message(task_ctx):
     ctx, _ = task_ctx
     with pytest.raises(ConfigError, match="set arch_options history and future"):
         unified(ctx, "uva", {**TINY, "history": 2})
+
+
+def test_evaluations_see_the_ema_weights_and_leave_training_alone(task_ctx):
+    """A policy stage's periodic evaluations read the EMA weights (the stage's last one: its
+    final weights) and put the training weights back: evaluating every step or never gives
+    the same stage result."""
+    ctx, _ = task_ctx
+    options = {**TINY, "warmup_steps": 2, "pretrain_steps": 0}
+    model = unified(ctx, "uva", options)
+    results = []
+    for every in (1, 10**9):
+        seen: list[dict] = []
+
+        def record(policy, seen=seen):
+            seen.append({k: v.clone() for k, v in policy.model.net.state_dict().items()})
+
+        plan = StagePlan([Stage("p", 4, policy=True)], eval_every=every, evaluate=record)
+        student = model.fresh()
+        student.train(["policy"], ctx.labeled, plan.stage("p", policy=student.policy("policy")),
+                      seed=0)  # fmt: skip
+        results.append((student.net.state_dict(), seen))
+    (final, seen_every), (final_once, seen_once) = results
+    assert len(seen_every) == 4 and len(seen_once) == 1  # the stage's end is always evaluated
+    assert all(torch.equal(final[k], final_once[k]) for k in final)
+    assert all(torch.equal(seen_every[-1][k], final[k]) for k in final)  # the EMA weights
+    # the EMA lags the training weights: evaluations 3 and 4 saw different weights
+    assert not all(torch.equal(seen_every[2][k], seen_every[3][k]) for k in final)
