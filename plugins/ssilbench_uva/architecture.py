@@ -43,6 +43,7 @@ from ssilbench_uva.model import FusedUVANet, Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of
 from ssilbench_uva.options import UVABaseOptions, UVAOptions
 from ssilbench_uva.training import fit
+from ssilbench_uva.training import fit
 from ssilbench_uva.windows import Windows, chunk_targets, make_windows
 
 _ENCODE_BATCH = 256
@@ -350,7 +351,8 @@ class UVARoleModel(RoleModel):
         def train() -> None:
             nonlocal last
             last = fit(net, loss, len(batches), budget, o, seed=seed,
-                       device=self.shared.device, rule=rule)  # fmt: skip
+                       device=self.shared.device, rule=rule,
+                       generators=(generator,))  # fmt: skip
 
         starts = torch.from_numpy(batches.windows.starts)
         tensors = [starts] + ([batches.targets, batches.known] if batches.targets is not None

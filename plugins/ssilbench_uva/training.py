@@ -133,20 +133,25 @@ def fit(
     seed: int,
     device: torch.device,
     rule: StoppingRule | None = None,
+    generators: tuple[torch.Generator, ...] = (),
 ) -> float:
     """Train ``net`` on ``loss_fn(rows)`` for the stage's budget; returns the last loss.
     Dropout and the condition's drop use torch's global generator, seeded here from
-    ``seed`` (and restored afterwards), so that a stage's result depends on its seed only."""
+    ``seed`` (and restored afterwards), so that a stage's result depends on its seed only.
+    ``generators`` (the loss's own: modes, noise, masks) are saved in the stage's
+    checkpoints with everything else, so that a resumed stage ends as an uninterrupted one."""
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         if is_legacy(o, device):
             return optimise(net.parameters(), loss_fn, n, budget, lr=o.lr,
                             batch_size=o.batch_size, seed=seed, rule=rule)  # fmt: skip
-        return _fit(net, loss_fn, n, budget, o, seed=seed, device=device, rule=rule)
+        return _fit(
+            net, loss_fn, n, budget, o, seed=seed, device=device, rule=rule, generators=generators
+        )
 
 
-def _fit(net, loss_fn, n, budget, o, *, seed, device, rule) -> float:
+def _fit(net, loss_fn, n, budget, o, *, seed, device, rule, generators) -> float:
     groups = param_groups(net, o.weight_decay if o.optimizer == "adamw" else 0.0)
     params = [p for g in groups for p in g["params"]]
     kind = torch.optim.AdamW if o.optimizer == "adamw" else torch.optim.Adam
@@ -167,6 +172,8 @@ def _fit(net, loss_fn, n, budget, o, *, seed, device, rule) -> float:
                     e.copy_(saved)
         optimiser.load_state_dict(state["optimiser"])
         sampler.load(state["sampler"])
+        for g, saved in zip(generators, state["generators"], strict=True):
+            g.set_state(saved)
         updates, previous = state["updates"], state["previous"]
         budget.used, budget.plan.global_step = state["used"], state["global_step"]
         budget.resumed_from = budget.used
@@ -202,6 +209,7 @@ def _fit(net, loss_fn, n, budget, o, *, seed, device, rule) -> float:
                 "format": FORMAT, "params": [p.detach().cpu().clone() for p in params],
                 "ema": [e.cpu().clone() for e in ema] if ema is not None else [],
                 "optimiser": optimiser.state_dict(), "sampler": sampler.state(),
+                "generators": [g.get_state() for g in generators],
                 "updates": updates, "previous": previous, "used": budget.used,
                 "global_step": budget.plan.global_step,
             })  # fmt: skip

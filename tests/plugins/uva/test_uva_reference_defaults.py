@@ -386,3 +386,48 @@ def test_evaluations_see_the_ema_weights_and_leave_training_alone(task_ctx):
     assert all(torch.equal(seen_every[-1][k], final[k]) for k in final)  # the EMA weights
     # the EMA lags the training weights: evaluations 3 and 4 saw different weights
     assert not all(torch.equal(seen_every[2][k], seen_every[3][k]) for k in final)
+
+
+class _Checkpoints:
+    """What a training loop sees of a run's checkpoints (``RunCheckpoints``): save, load and
+    the interval; states are kept in memory, as the file would hold them."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.states: dict[str, dict] = {}
+
+    def save(self, stage: str, state: dict) -> None:
+        import copy
+
+        self.states[stage] = copy.deepcopy({**state, "torch_rng": torch.get_rng_state()})
+
+    def load(self, stage: str, format: str | None = None) -> dict | None:
+        state = self.states.get(stage)
+        if state is None or state.get("format") != format:
+            return None
+        state = dict(state)
+        torch.set_rng_state(state.pop("torch_rng"))
+        return state
+
+
+def test_a_stage_resumed_from_its_checkpoint_ends_as_an_uninterrupted_one(task_ctx):
+    """AdamW, EMA, sampler, schedule and dropout's generator all resume: a stage restarted
+    from its step-2 checkpoint ends with the same bits as the stage that ran through."""
+    ctx, _ = task_ctx
+    model = unified(ctx, "uva", {**TINY, "warmup_steps": 1, "pretrain_steps": 0})
+    checkpoints = _Checkpoints(every=2)
+    finals = []
+    for attempt in range(2):
+        plan = StagePlan([Stage("s", 5)], eval_every=10**9, evaluate=lambda p: None,
+                         checkpoints=checkpoints)  # fmt: skip
+        budget = plan.stage("s")
+        student = model.fresh()
+        student.train(["policy", "full"], ctx.labeled, budget, seed=3)
+        assert budget.resumed_from == (None if attempt == 0 else 4)
+        finals.append(student.net.state_dict())
+    assert set(checkpoints.states) == {"s"} and checkpoints.states["s"]["used"] == 4
+    assert all(torch.equal(finals[0][k], finals[1][k]) for k in finals[0])
+    # the checkpoint holds trained weights (step 4), not the starting ones
+    saved = sum(float(p.double().abs().sum()) for p in checkpoints.states["s"]["params"])
+    start = sum(float(p.double().abs().sum()) for p in model.init_state.values())
+    assert saved != start
