@@ -43,7 +43,6 @@ from ssilbench_uva.model import FusedUVANet, Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of
 from ssilbench_uva.options import UVABaseOptions, UVAOptions
 from ssilbench_uva.training import fit
-from ssilbench_uva.training import fit
 from ssilbench_uva.windows import Windows, chunk_targets, make_windows
 
 _ENCODE_BATCH = 256
