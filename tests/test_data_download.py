@@ -80,6 +80,8 @@ def test_dropped_connection_is_resumed_with_a_range_request(served, tmp_path):
     assert fetched.sha256 == sha(PAYLOAD) and fetched.downloaded and not fetched.first_use
     assert any("connection lost at 70.0 kB" in line and "retry 1/3" in line for line in lines)
     assert any("sha256 verified (the toy manifest)" in line for line in lines)
+    assert lines[0] == "blob.bin: downloading 300.0 kB"
+    assert any(line.startswith("blob.bin: 300.0 kB / 300.0 kB (100%)") for line in lines)
 
 
 def test_a_part_left_by_an_earlier_run_is_continued(served, tmp_path):

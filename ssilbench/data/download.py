@@ -366,7 +366,7 @@ class Reporter(Protocol):
     def start(self, name: str, total: int | None, done: int) -> None: ...
     def advance(self, n: int) -> None: ...
     def restart(self, done: int) -> None: ...
-    def finish(self) -> None: ...
+    def finish(self, ok: bool = True) -> None: ...
 
 
 class PlainReporter:
@@ -408,8 +408,10 @@ class PlainReporter:
     def restart(self, done: int) -> None:
         self.done = self._first = done
 
-    def finish(self) -> None:
-        self.echo(f"{self.name}: {self._status()}, done in {time.monotonic() - self._start:.0f} s")
+    def finish(self, ok: bool = True) -> None:
+        if ok:
+            elapsed = time.monotonic() - self._start
+            self.echo(f"{self.name}: {self._status()}, done in {elapsed:.0f} s")
 
 
 class RichReporter:
@@ -449,7 +451,7 @@ class RichReporter:
     def restart(self, done: int) -> None:
         self.progress.update(self.task, completed=done)
 
-    def finish(self) -> None:
+    def finish(self, ok: bool = True) -> None:
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
@@ -470,7 +472,7 @@ class SilentReporter:
     def restart(self, done: int) -> None:
         pass
 
-    def finish(self) -> None:
+    def finish(self, ok: bool = True) -> None:
         pass
 
 
@@ -530,11 +532,25 @@ def fetch(
 ) -> tuple[str, int]:
     """Stream ``planned.url`` into ``planned.part``, resuming what is there; returns the
     (sha256, size) of the complete ``.part`` (not yet checked nor renamed)."""
+    started: list[bool] = []  # whether the reporter shows this file (set by _fetch)
+    try:
+        result = _fetch(planned, reporter, transfer, homepage, started)
+    except BaseException:
+        if started:
+            reporter.finish(ok=False)  # a live bar must stop before the error is shown
+        raise
+    if started:
+        reporter.finish()
+    return result
+
+
+def _fetch(
+    planned: Planned, reporter: Reporter, transfer: Transfer, homepage: str, started: list[bool]
+) -> tuple[str, int]:
     part = planned.part
     part.parent.mkdir(parents=True, exist_ok=True)
     host = urllib.parse.urlsplit(planned.url).netloc
     attempt = 0
-    started = False
     while True:
         offset = part.stat().st_size if part.exists() else 0
         digest = hashlib.sha256()
@@ -556,7 +572,7 @@ def fetch(
                     offset, digest = 0, hashlib.sha256()
                 if not started:
                     reporter.start(planned.entry.name, total, offset)
-                    started = True
+                    started.append(True)
                 else:
                     reporter.restart(offset)
                 with part.open("ab" if append else "wb") as out:
@@ -570,7 +586,6 @@ def fetch(
                 size = part.stat().st_size
                 if total is not None and size < total:
                     raise http.client.IncompleteRead(b"", total - size)
-                reporter.finish()
                 return digest.hexdigest(), size
         except urllib.error.HTTPError as exc:
             if exc.code == 416 and offset:
@@ -578,8 +593,6 @@ def fetch(
                 extent = _content_range(exc.headers.get("Content-Range", "").replace("*", "0-0"))
                 known = extent[1] if extent else planned.entry.size
                 if known is not None and offset == known:
-                    if started:
-                        reporter.finish()
                     return digest.hexdigest(), offset
                 part.unlink()
                 reporter.line(f"{planned.entry.name}: the partial file does not fit the "
@@ -607,8 +620,6 @@ def fetch(
         attempt += 1
         have = part.stat().st_size if part.exists() else 0
         if attempt > transfer.retries:
-            if started:
-                reporter.finish()
             raise DownloadError(
                 f"The connection to {host} broke while downloading {planned.entry.name} "
                 f"({type(error).__name__}: {error}) and {transfer.retries} retries did not "
