@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
     from ssilbench.data.datasets import TransitionStore
     from ssilbench.data.split import LabeledView, UnlabeledView
+    from ssilbench.loggers.base import LoggedRun, RunLogger
     from ssilbench.train.budget import StageBudget, StagePlan
     from ssilbench.train.loop import StoppingRule
     from ssilbench.train.schedule import WarmupLinear
@@ -59,12 +60,14 @@ __all__ = [
     "EnvSpec",
     "Environment",
     "LabeledView",
+    "LoggedRun",
     "Method",
     "NoOptions",
     "Normaliser",
     "PluginError",
     "Policy",
     "RunContext",
+    "RunLogger",
     "SsilbenchError",
     "Stage",
     "StageBudget",
@@ -93,6 +96,8 @@ _LAZY_TYPES = {
     "LabeledView": "ssilbench.data.split",
     "UnlabeledView": "ssilbench.data.split",
     "TransitionStore": "ssilbench.data.datasets",
+    "RunLogger": "ssilbench.loggers.base",
+    "LoggedRun": "ssilbench.loggers.base",
 }
 
 
@@ -444,6 +449,18 @@ class RunContext:
     stopping: StoppingRule | None = None
     """The rule that may end a stage once training has converged (``--stop-early``), or None."""
     log: Callable[[str], None] = print
+    metrics: Callable[[str, float, int | None], None] | None = None
+    """Where :meth:`log_metric` records (set by the runner; None: nowhere)."""
+
+    def log_metric(self, name: str, value: float, step: int | None = None) -> None:
+        """Record a diagnostic of the run (e.g. the fraction of pseudo-labels kept) as a
+        point of the curve ``name`` of the stage open now, at ``step`` (default: the run's
+        global step). Curves are kept in the results store, thinned to at most 1,000 points
+        each, drawn by ``ssilbench curves`` and sent to the enabled loggers. ``value`` is
+        converted with ``float()`` (a tensor's device syncs): call it at most every few
+        hundred steps, not every step. Recording never changes the run's result."""
+        if self.metrics is not None:
+            self.metrics(name, float(value), step)
 
     def architecture(self, name: str | None) -> Architecture:
         """The named architecture, or the environment's default when ``name`` is None."""

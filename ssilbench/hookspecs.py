@@ -47,3 +47,16 @@ def ssilbench_register_architectures(registry: BoundRegistry) -> None:
     must be a subclass of :class:`ssilbench.api.Architecture`; methods select it by name
     through their ``arch`` config field, so one method module serves every architecture.
     """
+
+
+@hookspec
+def ssilbench_register_loggers(registry: BoundRegistry) -> None:
+    """Register loggers: where a sweep sends each recorded run besides the results store.
+
+    Call ``registry.add(name, "package.module:LoggerClass", description)``. The target must
+    be a subclass of :class:`ssilbench.api.RunLogger`; ``ssilbench run --log NAME`` builds
+    one instance with the log directory (``--log-dir``) and calls its ``run_started``,
+    ``run_finished`` (a :class:`ssilbench.api.LoggedRun`: numbers, evaluations, curves) and
+    ``close`` in the process that writes the store. Built in: ``tensorboard``, ``wandb``,
+    ``mlflow``.
+    """

@@ -33,7 +33,18 @@ _HOOKS = {
     "methods": "ssilbench_register_methods",
     "environments": "ssilbench_register_environments",
     "architectures": "ssilbench_register_architectures",
+    "loggers": "ssilbench_register_loggers",
 }
+
+# The loggers ssilbench ships, registered like a plugin's (origin "ssilbench").
+BUILTIN_LOGGERS = {
+    "tensorboard": ("ssilbench.loggers.tensorboard:TensorBoardLogger",
+                    "TensorBoard event files under LOG_DIR/tensorboard (no server needed)"),
+    "wandb": ("ssilbench.loggers.external:WandbLogger",
+              "Weights & Biases, offline, under LOG_DIR/wandb (extra [wandb])"),
+    "mlflow": ("ssilbench.loggers.external:MlflowLogger",
+               "MLflow file store LOG_DIR/mlruns (extra [mlflow])"),
+}  # fmt: skip
 
 
 @dataclass
@@ -45,6 +56,7 @@ class Plugins:
     architectures: Registry[Any]
     loaded: list[Origin] = field(default_factory=list)
     broken: list[BrokenPlugin] = field(default_factory=list)
+    loggers: Registry[Any] = field(default_factory=lambda: _loggers())
 
     def registries(self) -> dict[str, Registry[Any]]:
         return {
@@ -52,6 +64,10 @@ class Plugins:
             "environments": self.environments,
             "architectures": self.architectures,
         }
+
+    def hooked(self) -> dict[str, Registry[Any]]:
+        """Every registry a hook fills: :meth:`registries` and the loggers'."""
+        return {**self.registries(), "loggers": self.loggers}
 
     def versions(self) -> dict[str, str]:
         """Plugin name -> distribution version (for run provenance)."""
@@ -122,9 +138,19 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
             continue
         plugins.loaded.append(origin)
 
-    for registry in plugins.registries().values():
+    for registry in plugins.hooked().values():
         registry.broken = plugins.broken
     return plugins
+
+
+def _loggers() -> Registry[Any]:
+    """The loggers' registry with the built-in ones."""
+    from ssilbench.loggers.base import RunLogger
+
+    registry: Registry[Any] = Registry("logger", RunLogger)
+    for name, (target, description) in BUILTIN_LOGGERS.items():
+        registry.add(name, target, description, Origin("ssilbench"))
+    return registry
 
 
 def _import(module: str) -> ModuleType:
@@ -151,7 +177,7 @@ def _register(
     # Each hook implementation is called on its own so that every entry is attributed to
     # the plugin that registered it. Entries are staged and added only when all of the
     # plugin's hooks succeeded, so a plugin that fails half-way leaves nothing behind.
-    registries = plugins.registries()
+    registries = plugins.hooked()
     staged: list[tuple[Registry[Any], str, str, str]] = []
     for key, hook_name in _HOOKS.items():
         for impl in getattr(pm.hook, hook_name).get_hookimpls():

@@ -62,7 +62,7 @@ def test_a_finished_copy_replaces_a_failed_one(cli, exported):
     "edit, message",
     [
         (lambda ls: ['{"format": "ssilbench-results", "version": 99, "ssilbench": "9.0"}', *ls[1:]],
-         "reads up to version 1. Upgrade ssilbench"),
+         "reads up to version 2. Upgrade ssilbench"),
         (lambda ls: ls[1:], "line 1: not an ssilbench results export"),
         (lambda ls: [*ls, "{not json"], "line 6: not valid JSON"),
         (lambda ls: [*ls, '{"run_id": "x"}'], "line 6: a run without spec"),

@@ -431,9 +431,9 @@ def test_all_files_go_in_one_transaction(capsys, exported, target, tmp_path, mon
     commits = []
     real = ResultsStore.put_rows
 
-    def counted(self, records):
+    def counted(self, records, *curves):
         commits.append(len(records))
-        return real(self, records)
+        return real(self, records, *curves)
 
     monkeypatch.setattr(ResultsStore, "put_rows", counted)
     code, _, err = cli(capsys, "results", "merge", str(exported), str(other), str(exported),

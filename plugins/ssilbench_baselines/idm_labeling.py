@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
@@ -31,6 +32,23 @@ from ssilbench_baselines.config import (
     Standardisation,
     UnifiedOptions,
 )
+
+CONFIDENT = 0.9
+SAMPLED_ROWS = 65_536
+
+
+def log_confidence(ctx: RunContext, probs: RowSource) -> None:
+    """Record how sure the IDM is of its labels of D_U (``ctx.log_metric``): the mean top
+    probability (``label_confidence``) and the fraction of labels whose top probability is at
+    least 0.9 (``labels_confident``), over up to 65,536 evenly spaced rows. Reads the labels
+    only: the run's result is the same."""
+    n = len(probs)
+    if n == 0:
+        return
+    rows = np.unique(np.linspace(0, n - 1, min(n, SAMPLED_ROWS)).astype(np.int64))
+    top = probs[rows].float().max(dim=-1).values
+    ctx.log_metric("label_confidence", float(top.mean()))
+    ctx.log_metric("labels_confident", float((top >= CONFIDENT).float().mean()))
 
 
 class IDMLabelingConfig(MethodConfig):
@@ -80,6 +98,7 @@ class IDMLabeling(common.BaselineMethod):
         speed = speed_of(ctx.architecture(ctx.config.arch), ctx.device)
         probs = label_rows(ctx.plan.cache, policy.idm.eval(), unlabeled.inputs("pair"),
                            ctx.device, speed)  # fmt: skip
+        log_confidence(ctx, probs)
         return unlabeled.inputs("obs"), ArgmaxRows(probs) if ctx.config.labels == "hard" else probs
 
     def _fit_unified(self, ctx: RunContext):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ssilbench.cli.app import State, cli, main
 from ssilbench.cli.cache import cache
+from ssilbench.cli.curves import curves
 from ssilbench.cli.data import data
 from ssilbench.cli.expert import expert
 from ssilbench.cli.leaderboard import leaderboard
@@ -18,7 +19,7 @@ from ssilbench.cli.status import status
 from ssilbench.cli.studies import analyze, plot, report
 
 for _command in (list_cmd, run, plan, leaderboard, plot, report, analyze, data, expert, cache,
-                 results, status):  # fmt: skip
+                 results, status, curves):  # fmt: skip
     cli.add_command(_command)
 
 __all__ = ["State", "cli", "main"]

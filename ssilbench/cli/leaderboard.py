@@ -46,7 +46,13 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare, l
     from ssilbench.leaderboard.render import render, write_replacing
 
     table = store_table(results, metric, tuple(compare) if compare else None, latest)
-    text = render(table, fmt)
+    if fmt == "html":  # the page also shows the runs' training curves
+        from ssilbench.leaderboard.curves import store_curves_section
+        from ssilbench.leaderboard.html import to_html
+
+        text = to_html(table, store_curves_section(Path(results)))
+    else:
+        text = render(table, fmt)
     if out is None:
         click.echo(text, nl=False)
         return

@@ -117,7 +117,13 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.option("--dry-run", is_flag=True,
               help="Print the runs, the stages they train (shared, cached) and the estimated "
               "compute, then stop: nothing is claimed, trained or written.")  # fmt: skip
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+@click.option("--log", "log_names", default=None, metavar="NAMES",
+              help="Also send each recorded run (curves included) to these loggers, "
+              "comma-separated: tensorboard, wandb (offline), mlflow (file store), or a "
+              "plugin's (ssilbench_register_loggers).")  # fmt: skip
+@click.option("--log-dir", default=None, type=click.Path(file_okay=False),
+              help="Where loggers write [default: RESULTS/logs].")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No progress display.")
 @click.pass_obj
 def run(state: State, **flags: Any) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -145,6 +151,7 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
     from ssilbench.runner.run_options import ExecutorSettings, RunOptions
 
     state.quiet = state.quiet or flags["quiet"]
+    log_names, log_dir = flags.pop("log_names"), flags.pop("log_dir")
     executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
     options = RunOptions(**flags, executor=executor)
     prepared = prepare_run(state.plugins, options)
@@ -154,13 +161,15 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
         if options.save_timings:
             save_timings(timings, prepared.results_dir)
         return
-    if state.quiet:
-        report = execute_run(prepared, state.plugins, state.plugin_flags)
-    else:
-        from ssilbench.cli.progress import sweep_progress
+    from ssilbench.cli.progress import quiet_observer, sweep_progress
+    from ssilbench.loggers.base import make_loggers, parse_log_names
 
-        with sweep_progress(len(prepared.plan.runs)) as on_progress:
-            report = execute_run(prepared, state.plugins, state.plugin_flags, on_progress)
+    folder = Path(log_dir) if log_dir else prepared.results_dir / "logs"
+    loggers = make_loggers(state.plugins, parse_log_names(log_names), folder)
+    watch = quiet_observer(loggers) if state.quiet else sweep_progress(
+        len(prepared.plan.runs), loggers)  # fmt: skip
+    with watch as on_progress:
+        report = execute_run(prepared, state.plugins, state.plugin_flags, on_progress)
     for line in summary_lines(report, prepared.results_dir):
         click.echo(line, err=True)
     if not report.ok:

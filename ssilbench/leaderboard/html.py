@@ -327,8 +327,9 @@ def _suite_section(s: SuiteTable) -> str:
     return "".join(parts)
 
 
-def to_html(table: Table) -> str:
-    """The page, from the table model every other export reads."""
+def to_html(table: Table, curves: str = "") -> str:
+    """The page, from the table model every other export reads; ``curves``: the training
+    curves' section (``ssilbench.leaderboard.curves.store_curves_section``), appended."""
     body = ["<h1>ssilbench leaderboard</h1>"]
     if not table.tables:
         body.append("<p>No finished runs in this results store.</p>")
@@ -353,6 +354,7 @@ def to_html(table: Table) -> str:
             "first method scores higher than a run of the second on the same task (ties count "
             "one half), averaged over tasks; 95% stratified-bootstrap interval.</p>"
         )
+    body.append(curves)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

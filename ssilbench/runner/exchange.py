@@ -28,7 +28,10 @@ from ssilbench.runner.merge_check import check_run
 from ssilbench.runner.results_db import ResultsStore, RunRecord
 
 FORMAT = "ssilbench-results"
-VERSION = 1
+VERSION = 2
+"""1: every column of the runs table. 2: a run line may also hold ``curves`` (the run's rows
+of the table curves); a file without curves is written as version 1, byte for byte as
+before, so that older ssilbench versions merge it."""
 REQUIRED = ("run_id", "spec", "method", "method_label", "env", "env_label", "budget", "seed",
             "status")  # fmt: skip
 # What makes two finished copies of a run the same result (provenance such as host, pid and
@@ -45,11 +48,14 @@ def is_compressed(path: Path) -> bool:
 def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",)) -> int:
     """Write the runs with these statuses to ``out`` (atomically; gzip-compressed when its
     name ends in ``.gz``), sorted by run id; returns how many."""
-    rows = sorted((r for r in store.rows(None) if r.status in statuses), key=lambda r: r.run_id)
-    header = {"format": FORMAT, "version": VERSION, "ssilbench": ssilbench.__version__,
+    rows = sorted((r for r in store.rows(None, curves=True) if r.status in statuses),
+                  key=lambda r: r.run_id)  # fmt: skip
+    lines = [{**row.to_row(), **({"curves": row.curves} if row.curves else {})} for row in rows]
+    version = VERSION if any("curves" in line for line in lines) else 1
+    header = {"format": FORMAT, "version": version, "ssilbench": ssilbench.__version__,
               "runs": len(rows)}  # fmt: skip
     text = "".join(json.dumps(line, sort_keys=True) + "\n"
-                   for line in [header, *(row.to_row() for row in rows)])  # fmt: skip
+                   for line in [header, *lines])  # fmt: skip
     data = text.encode("utf-8")
     out = Path(out)
     if is_compressed(out):
@@ -171,15 +177,27 @@ def merge_files(
     in one transaction: all of them or nothing. One summary per file."""
     summaries = []
     existing = {r.run_id: r for r in store.rows(None)}
+    with_curves = set(store.curves())
     writes: dict[str, RunRecord] = {}
+    curves: dict[str, list] = {}  # curves received for a run the store holds without them
     for source, runs in batches:
         summary = MergeSummary()
         for run in runs:
             if _merge_one(summary, existing.get(run.run_id), run, source):
                 writes[run.run_id] = existing[run.run_id] = run
                 summary.unfinished += run.status == "interrupted"
+                if run.curves:
+                    with_curves.add(run.run_id)
+            elif (
+                run.curves
+                and run.run_id not in with_curves
+                and same_result(existing[run.run_id], run)
+            ):
+                # The same result, but only the received copy has its curves: they join it.
+                curves[run.run_id] = run.curves
+                with_curves.add(run.run_id)
         summaries.append(summary)
-    store.put_rows(list(writes.values()))
+    store.put_rows(list(writes.values()), curves)
     return summaries
 
 

@@ -13,7 +13,14 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
@@ -82,6 +89,34 @@ def _normaliser(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+MAX_CURVE_POINTS = 100_000
+"""Points a received series may hold (this ssilbench keeps 1,000; later ones may keep more)."""
+
+
+class ReceivedCurve(BaseModel):
+    """One series of a run's ``curves``: as many steps as values."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+    stage: Name
+    name: Name
+    steps: Annotated[list[Count], Field(max_length=MAX_CURVE_POINTS)]
+    values: Annotated[list[Number | None], Field(max_length=MAX_CURVE_POINTS)]
+
+    @model_validator(mode="after")
+    def _lengths(self) -> ReceivedCurve:
+        if len(self.steps) != len(self.values):
+            raise ValueError(f"{len(self.steps)} steps but {len(self.values)} values")
+        return self
+
+
+def _curves(value: list[ReceivedCurve]) -> list[ReceivedCurve]:
+    keys = [(c.stage, c.name) for c in value]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a series (stage, name) appears twice")
+    return value
+
+
 class ReceivedRun(BaseModel):
     """One line of an export, every column typed."""
 
@@ -114,6 +149,7 @@ class ReceivedRun(BaseModel):
     host: Text | None = None
     pid: Annotated[int, Field(ge=0, le=MAX_PID)] | None = None
     error: Text | None = None
+    curves: Annotated[list[ReceivedCurve], AfterValidator(_curves)] | None = None
 
 
 def check_run(row: Any, where: str) -> RunRecord:
@@ -153,7 +189,8 @@ def check_run(row: Any, where: str) -> RunRecord:
     values = run.model_dump()
     if run.status in ("running", "interrupted"):
         values["status"] = "interrupted"
-    return RunRecord.from_row(values)
+    curves = values.pop("curves")
+    return RunRecord.from_row(values).with_curves(curves)
 
 
 def _json(value: Any) -> str:

@@ -11,6 +11,7 @@ file; the schema, and the checks that a file is an ssilbench store, are in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -55,6 +56,8 @@ class RunOutcome:
     timeline: list[dict[str, Any]]
     metrics: dict[str, float]
     stages: dict[str, Any]
+    curves: list[dict[str, Any]] = field(default_factory=list)
+    """Series ``{"stage", "name", "steps", "values"}`` (``ssilbench.runner.telemetry``)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,9 @@ class RunRecord:
     pid: int | None = None
     error: str | None = None
     spec_doc: dict[str, Any] = field(default_factory=dict, repr=False)
+    curves: list[dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    """The run's curves (table ``curves``) where the reader asked for them (``rows(...,
+    curves=True)``, an export line); None: not read. Not a column of ``runs``."""
 
     def __post_init__(self) -> None:
         if not self.spec_doc:  # frozen: the one field completed after construction
@@ -125,6 +131,10 @@ class RunRecord:
         values["attempts"] = values["attempts"] or 0
         return cls(**{**values, "spec": RunSpec.model_validate(row["spec"])},
                    spec_doc=row["spec"])  # fmt: skip
+
+    def with_curves(self, curves: list[dict[str, Any]] | None) -> RunRecord:
+        """This record with ``curves``."""
+        return dataclasses.replace(self, curves=curves)
 
     def to_row(self) -> dict[str, Any]:
         """Every column by name, JSON columns decoded and the spec as recorded: the
@@ -383,6 +393,63 @@ class ResultsStore:
                     run_id,
                 ),
             )
+            self._write_curves(db, run_id, outcome.curves)
+
+    def _write_curves(self, db: sqlite3.Connection, run_id: str, curves: list[dict]) -> None:
+        """Replace the run's curves with ``curves`` (inside the caller's transaction)."""
+        db.execute("DELETE FROM curves WHERE run_id = ?", (run_id,))
+        db.executemany(
+            "INSERT INTO curves (run_id, stage, name, steps, vals) VALUES (?, ?, ?, ?, ?)",
+            [(run_id, c["stage"], c["name"], json.dumps(c["steps"]), json.dumps(c["values"]))
+             for c in curves],
+        )  # fmt: skip
+
+    def has_curves_table(self) -> bool:
+        """Whether the store has the table ``curves`` (a store of format 1 read without
+        writing has none)."""
+        return (
+            self.db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'curves'"
+            ).fetchone()
+            is not None
+        )
+
+    def curves(self, run_ids: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Run id -> its series ``{"stage", "name", "steps", "values"}``, in the order they
+        were recorded; for ``run_ids`` only when given. Runs without curves are absent."""
+        if not self.has_curves_table():
+            return {}
+        query = "SELECT run_id, stage, name, steps, vals FROM curves"
+        args: tuple = ()
+        if run_ids is not None:
+            if not run_ids:
+                return {}
+            query += f" WHERE run_id IN ({', '.join('?' for _ in run_ids)})"
+            args = tuple(run_ids)
+        out: dict[str, list[dict[str, Any]]] = {}
+        for run_id, stage, name, steps, vals in self.db.execute(query + " ORDER BY rowid", args):
+            try:
+                series = {"stage": stage, "name": name, "steps": json.loads(steps),
+                          "values": json.loads(vals)}  # fmt: skip
+            except (TypeError, ValueError, RecursionError):
+                raise ResultsStoreError(
+                    f"Run {str(run_id)[:12]} in {self.path}: its curve {stage}/{name} is not "
+                    "JSON (edited by hand?). Delete that row of the table curves."
+                ) from None
+            out.setdefault(run_id, []).append(series)
+        return out
+
+    def run(self, run_id: str, curves: bool = False) -> RunRecord | None:
+        """The run ``run_id`` (with its curves when asked), or None."""
+        row = self.db.execute(
+            f"SELECT {', '.join(COLUMNS)} FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        record = self._record(row)
+        if curves:
+            record = record.with_curves(self.curves([run_id]).get(run_id, []))
+        return record
 
     def fail(self, run_id: str, error: str, wall_time: float) -> None:
         with self.transaction() as db:
@@ -392,13 +459,17 @@ class ResultsStore:
                 (time.time(), wall_time, error, run_id),
             )
 
-    def rows(self, status: str | None = "done") -> list[RunRecord]:
+    def rows(self, status: str | None = "done", curves: bool = False) -> list[RunRecord]:
         """The runs with ``status`` (every run for None), in the order they were first
-        recorded."""
+        recorded; with their curves (``RunRecord.curves``) when ``curves``."""
         query = (f"SELECT {', '.join(COLUMNS)} FROM runs"
                  + (" WHERE status = ?" if status else "") + " ORDER BY rowid")  # fmt: skip
         cursor = self.db.execute(query, (status,) if status else ())
-        return [self._record(row) for row in cursor]
+        records = [self._record(row) for row in cursor]
+        if not curves:
+            return records
+        found = self.curves()
+        return [r.with_curves(found.get(r.run_id, [])) for r in records]
 
     def _record(self, row: sqlite3.Row) -> RunRecord:
         values = dict(zip(COLUMNS, row, strict=True))
@@ -421,9 +492,13 @@ class ResultsStore:
                 "ssilbench, or pass another directory with --results DIR."
             ) from None
 
-    def put_rows(self, records: list[RunRecord]) -> None:
-        """Insert or replace whole run records (as ``rows`` returns them), in one transaction."""
-        if not records:
+    def put_rows(
+        self, records: list[RunRecord], curves: Mapping[str, list[dict[str, Any]]] | None = None
+    ) -> None:
+        """Insert or replace whole run records (as ``rows`` returns them) with their curves
+        where they carry them, and set the ``curves`` of runs by id, in one transaction."""
+        curves = curves or {}
+        if not records and not curves:
             return
         placeholders = ", ".join("?" for _ in COLUMNS)
         values = [
@@ -438,6 +513,11 @@ class ResultsStore:
                 f"INSERT OR REPLACE INTO runs ({', '.join(COLUMNS)}) VALUES ({placeholders})",
                 values,
             )
+            for record in records:
+                if record.curves is not None:  # None: the record was read without them
+                    self._write_curves(db, record.run_id, record.curves)
+            for run_id, series in curves.items():
+                self._write_curves(db, run_id, series)
 
 
 def is_stale(run: RunRecord, host: str | None = None) -> bool:

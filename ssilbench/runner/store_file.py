@@ -22,7 +22,9 @@ from ssilbench.errors import ResultsStoreError
 
 DB_NAME = "results.sqlite"
 # Bumped when the layout of the store changes; a store from a newer ssilbench is refused.
-SCHEMA_VERSION = 1
+# 1: the table runs. 2: the table curves (a store of format 1 gains it, empty, when a sweep
+# opens it for writing; readers take a store without it as one without curves).
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -55,7 +57,19 @@ CREATE TABLE IF NOT EXISTS runs (
     error        TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_env ON runs (env_label, method_label, budget);
+CREATE TABLE IF NOT EXISTS curves (
+    run_id       TEXT NOT NULL,
+    stage        TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    steps        TEXT NOT NULL,
+    vals         TEXT NOT NULL,
+    PRIMARY KEY (run_id, stage, name)
+);
 """
+"""``curves``: one row per series of a run (its training loss per stage, each evaluation's
+numbers as ``eval/NAME``, what the method logged with ``ctx.log_metric``): ``steps`` and
+``vals`` are JSON lists of equal length (global steps; floats, null where not finite),
+thinned to at most 1,000 points (``ssilbench.runner.telemetry``)."""
 
 STATUSES = ("running", "done", "failed", "interrupted")
 JSON_COLUMNS = ("spec", "normaliser", "timeline", "metrics", "stages", "versions")

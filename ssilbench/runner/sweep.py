@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,13 @@ from ssilbench.runner.dryrun import leaders_first
 from ssilbench.runner.plan import SweepPlan, display_label, open_datasets
 from ssilbench.runner.results_db import ResultsStore
 from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.telemetry import (
+    SweepObserver,
+    drained,
+    events_to,
+    queue_sink,
+    set_sink,
+)
 from ssilbench.runner.units import (
     Executor,
     ExecutorLost,
@@ -126,10 +134,13 @@ def worker_device(device: str, slot: int | None, visible: int) -> str:
     return f"cuda:{slot % visible}"
 
 
-def _init_worker(setup: PoolSetup, slots: Any = None) -> None:
-    """Load the plugins in this process (once per setup)."""
+def _init_worker(setup: PoolSetup, slots: Any = None, events: Any = None) -> None:
+    """Load the plugins in this process (once per setup); ``events``: the queue the runs'
+    progress events go to (a pool of the sweep's process)."""
     from ssilbench.plugins import load_plugins
 
+    if events is not None:
+        set_sink(queue_sink(events))
     if _WORKER.get("setup") == setup:
         return
     slot = None
@@ -165,13 +176,25 @@ def work_unit(setup: PoolSetup, unit: Unit) -> list[WorkerResult]:
     return _work(unit)
 
 
-def _in_pool(units: list[Unit], setup: PoolSetup, workers: int) -> Iterator[WorkerResult]:
+def _in_pool(
+    units: list[Unit], setup: PoolSetup, workers: int, observer: SweepObserver | None = None
+) -> Iterator[WorkerResult]:
     context = multiprocessing.get_context("spawn")
+    # The runs' progress events come back on a queue this process drains (bounded: a
+    # worker drops events rather than wait when nobody keeps up).
+    events = context.Queue(10_000) if observer is not None else None
+    watching = drained(events, observer.run_event) if observer is not None else nullcontext()
     try:
         slots = context.Value("i", 0)
-        with ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_init_worker, initargs=(setup, slots)
-        ) as pool:
+        with (
+            watching,
+            ProcessPoolExecutor(
+                workers,
+                mp_context=context,
+                initializer=_init_worker,
+                initargs=(setup, slots, events),
+            ) as pool,
+        ):
             todo = {pool.submit(_work, unit) for unit in units}
             while todo:
                 finished, todo = wait(todo, return_when=FIRST_COMPLETED)
@@ -198,7 +221,11 @@ def run_sweep(
     ``storage`` says where trained stages are reused from and checkpoints go (a stacked
     unit checkpoints each of its runs).
     ``executor`` (``ssilbench.runner.executors``) sends units elsewhere (Ray, SLURM); the
-    results come back here and this process alone writes the store."""
+    results come back here and this process alone writes the store.
+    An ``on_progress`` that is a :class:`~ssilbench.runner.telemetry.SweepObserver` also
+    follows each run while it trains (from this process and from a pool's workers) and
+    hands each recorded run, curves included, to its loggers."""
+    observer = on_progress if isinstance(on_progress, SweepObserver) else None
     store.mark_stale_interrupted()
     statuses = store.statuses()
     provenance = versions(plugins)
@@ -235,6 +262,10 @@ def run_sweep(
             assert result.failure is not None
             store.fail(result.run_id, result.failure.traceback, result.wall)
             summary.failed.append((describe(index), result.failure.summary))
+        if observer is not None:
+            done = result.outcome is not None
+            observer.run_ended(result.run_id, store.run(result.run_id, curves=True) if done
+                               else None)  # fmt: skip
         notify(result.status, describe(index))
         return index
 
@@ -253,6 +284,8 @@ def run_sweep(
             spec = plan.runs[index]
             if store.start(spec, *labels[index], device_name, provenance, retry_failed):
                 mine.append(index)
+                if observer is not None:
+                    observer.run_started(spec.run_id, describe(index), spec.steps)
                 notify("claimed", describe(index))
             else:
                 summary.elsewhere += 1
@@ -268,7 +301,7 @@ def run_sweep(
         notify("start", f"{sum(map(len, units))} runs on {where}")
         shipped = [[plan.runs[i] for i in unit] for unit in units]
         results = (executor.run(shipped, setup) if executor is not None
-                   else _in_pool(shipped, setup, workers))  # fmt: skip
+                   else _in_pool(shipped, setup, workers, observer))  # fmt: skip
         finished: set[int] = set()
         try:
             for result in results:
@@ -288,6 +321,8 @@ def run_sweep(
         notify(
             "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
         )
-        for result in _execute(plan, plugins, [plan.runs[i] for i in unit], device, storage):
+        with events_to(observer.run_event if observer is not None else None):
+            outcomes = _execute(plan, plugins, [plan.runs[i] for i in unit], device, storage)
+        for result in outcomes:
             record(result)
     return summary

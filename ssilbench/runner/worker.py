@@ -24,6 +24,7 @@ from ssilbench.plugins import Plugins
 from ssilbench.runner.plan import MethodInfo, SweepPlan, TaskInfo
 from ssilbench.runner.results_db import RunOutcome
 from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.telemetry import RunTelemetry, current_sink
 from ssilbench.train.budget import StagePlan, check_stages
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import seed_everything, stopping_rule
@@ -107,6 +108,7 @@ class PreparedRun:
     evaluator: Evaluator
     timeline: list[dict[str, Any]] = field(default_factory=list)
     overlapped: OverlappedEvaluation | None = None
+    telemetry: RunTelemetry | None = None
 
     def abort(self) -> None:
         """Release the evaluator after a failed fit (an evaluation in flight ends first; the
@@ -189,17 +191,19 @@ def set_up_run(
     check_stages(inputs.stages, spec.steps, spec.method)
     timeline: list[dict[str, Any]] = []
     evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
+    telemetry = RunTelemetry(spec.run_id, spec.steps, current_sink())
+    stage_at: dict[int, str] = {}  # the stage open when an evaluation was asked for
 
     def record(policy, step: int) -> float:
         result = evaluator(policy)
-        timeline.append(
-            {
-                "step": step,
-                "score": None if math.isnan(result.score) else result.score,
-                "return": None if math.isnan(result.mean_return) else result.mean_return,
-                **result.metrics,
-            }
-        )
+        entry = {
+            "step": step,
+            "score": None if math.isnan(result.score) else result.score,
+            "return": None if math.isnan(result.mean_return) else result.mean_return,
+            **result.metrics,
+        }
+        timeline.append(entry)
+        telemetry.evaluation(stage_at.pop(step, telemetry.stage), step, entry)
         return result.score
 
     # On a GPU, rollouts (CPU work) overlap with training; see ssilbench.eval.overlap.
@@ -209,6 +213,7 @@ def set_up_run(
 
     def evaluate(policy) -> float:
         """The score now, or NaN when the evaluation runs in the background."""
+        stage_at[plan.global_step] = open_stage(plan)
         if overlapped is None:
             return record(policy, plan.global_step)
         overlapped.submit(policy, plan.global_step)
@@ -222,12 +227,24 @@ def set_up_run(
         cache=storage.cache(),
         checkpoints=storage.checkpoints(spec.run_id, timeline),
         scope=stage_scope(spec, task),
+        telemetry=telemetry,
     )
     if overlapped is not None and plan.checkpoints is not None:
         plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation
     stopping = stopping_rule(spec.stop_early)
-    ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping)
-    return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped)
+
+    def log_metric(name: str, value: float, step: int | None) -> None:
+        telemetry.metric(open_stage(plan), name, plan.global_step if step is None else step,
+                         value)  # fmt: skip
+
+    ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping,
+                         metrics=log_metric)  # fmt: skip
+    return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped, telemetry)
+
+
+def open_stage(plan: StagePlan) -> str:
+    """The name of the stage opened last (the one training now), or "run" before any."""
+    return next(reversed(plan.budgets), "run")
 
 
 def finish(run: PreparedRun, policy) -> RunOutcome:
@@ -246,6 +263,10 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         run.ctx.plan.checkpoints.clear()  # the run is complete: nothing to resume
     env_spec = run.ctx.spec
     final = run.timeline[-1]
+    curves: list[dict[str, Any]] = []
+    if run.telemetry is not None:
+        run.telemetry.finished()
+        curves = run.telemetry.curves()
     scores = [e["score"] for e in run.timeline if e["score"] is not None]
     final_score = final["score"]
     max_score = max(scores) if scores else None
@@ -262,6 +283,7 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
             **_demonstrations(run.ctx),
         },
         stages=report,
+        curves=curves,
     )
 
 

@@ -453,12 +453,17 @@ def _fit_group(
             g.optimiser.lr = lr * schedule.factor(budget.used, budget.stage.steps)
         batch = (g.x, g.y, g.mask) if g.full else _minibatch(g)
         g.optimiser.zero_grad()
-        losses(*batch).sum().backward()
+        per_run = losses(*batch)
+        per_run.sum().backward()
         g.optimiser.step()
         if any(_evaluates_next(r.budget) for r in g.runs):
             g.stacked.unstack([r.net for r in g.runs])  # evaluation reads the runs' modules
         for run in g.runs:
             run.budget.tick()
+        per_run = per_run.detach()
+        for i, run in enumerate(g.runs):  # progress and loss curves: read, never changed
+            if (watch := run.budget.plan.telemetry) is not None:
+                watch.train_loss(run.budget.stage.name, run.budget.plan.global_step, per_run, i)
         gone = [r for r in g.runs if r.budget.remaining == 0]
         used = budget.used
         if rule is not None and used % rule.check_every == 0:

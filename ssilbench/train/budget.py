@@ -102,6 +102,9 @@ class StagePlan:
     """Where the run stands: its task (``env``), dataset (``data``), ``seed`` and ``budget``;
     a shared stage's cache entry records the part of it the stage depends on, so that a dry
     run can tell which shared stages are trained already."""
+    telemetry: Any = None
+    """A ``ssilbench.runner.telemetry.RunTelemetry`` the training loops report steps and
+    losses to (progress and curves); None: nobody records them."""
 
     def stage(self, name: str, policy: Any = None) -> StageBudget:
         """Open the named stage; ``policy`` is evaluated periodically if it is a policy stage."""

@@ -132,6 +132,7 @@ def optimise(
     last: torch.Tensor | None = None
     previous = float("inf")
     checkpoints = budget.plan.checkpoints
+    watch = budget.plan.telemetry  # progress and the loss curve; reads, never changes, a value
     if checkpoints is not None and (state := checkpoints.load(budget.stage.name)) is not None:
         with torch.no_grad():
             for p, saved in zip(params, state["params"], strict=True):
@@ -154,6 +155,8 @@ def optimise(
         optimiser.step()
         last = loss.detach()  # converted once at the end: no device sync per step
         budget.tick()
+        if watch is not None:
+            watch.train_loss(budget.stage.name, budget.plan.global_step, last)
         if rule is not None and budget.used % rule.check_every == 0 and budget.remaining:
             with torch.no_grad():
                 current = float(loss_fn(slice(None)))

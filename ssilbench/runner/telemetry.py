@@ -1,0 +1,389 @@
+"""What a run reports while it trains: progress events (throttled) and curves (thinned).
+
+Each run gets a :class:`RunTelemetry` (``StagePlan.telemetry``). The training loops hand it
+every step's loss tensor (``train_loss``); evaluations and ``ctx.log_metric`` add points too.
+Two things come out of it:
+
+- **events**, at most one progress event per run every :data:`EMIT_EVERY` seconds (plus one
+  per evaluation and per stage change), sent to the process's event sink: in the sweep's own
+  process straight to the :class:`SweepObserver`, from a pool worker through a
+  multiprocessing queue the sweep drains (:func:`events_to`). Ray and SLURM workers have no
+  sink: their runs are seen when they finish.
+- **curves**, recorded at deterministic steps (a stride that doubles as a series grows; the
+  first and last points always kept), thinned to at most :data:`MAX_POINTS` points per
+  series when the run finishes, returned with its outcome and written to the store's
+  ``curves`` table by the sweep process.
+
+Nothing here reads a random generator or changes a tensor, so a run's result is the same
+with or without anyone watching. The per-step cost is a modulo, a comparison and a clock
+read; a loss tensor is converted to a number only when an event is sent (a device sync at
+most every :data:`EMIT_EVERY` seconds on a GPU) and once per kept point when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_POINTS = 1000
+"""Points per series kept in the store at most."""
+EMIT_EVERY = 1.0
+"""Seconds between two progress events of a run at least."""
+
+Event = dict[str, Any]
+Sink = Callable[[Event], None]
+
+
+def thin(steps: list[int], values: list[Any], limit: int = MAX_POINTS) -> tuple[list, list]:
+    """At most ``limit`` points of a series, evenly spread over its indices, the first and the
+    last always among them; the same points for the same series (no randomness)."""
+    n = len(steps)
+    if n <= limit:
+        return list(steps), list(values)
+    if limit < 2:
+        return [steps[-1]], [values[-1]]
+    # Index i*(n-1)/(limit-1), rounded down, for i = 0..limit-1: strictly increasing since
+    # n > limit, first 0 and last n-1.
+    keep = [(i * (n - 1)) // (limit - 1) for i in range(limit)]
+    return [steps[i] for i in keep], [values[i] for i in keep]
+
+
+class Series:
+    """One curve while it grows: the points whose step is a multiple of a stride that doubles
+    whenever more than ``2 * limit`` are held, plus the first and the latest point."""
+
+    __slots__ = ("limit", "stride", "steps", "values", "first", "last")
+
+    def __init__(self, limit: int = MAX_POINTS) -> None:
+        self.limit = limit
+        self.stride = 1
+        self.steps: list[int] = []
+        self.values: list[Any] = []
+        self.first: tuple[int, Any] | None = None
+        self.last: tuple[int, Any] | None = None
+
+    def add(self, step: int, value: Any) -> None:
+        if self.first is None:
+            self.first = (step, value)
+        self.last = (step, value)
+        if step % self.stride:
+            return
+        self.steps.append(step)
+        self.values.append(value)
+        if len(self.steps) > 2 * self.limit:
+            self.stride *= 2
+            kept = [(s, v) for s, v in zip(self.steps, self.values, strict=True)
+                    if s % self.stride == 0]  # fmt: skip
+            self.steps = [s for s, _ in kept]
+            self.values = [v for _, v in kept]
+
+    def wants(self, step: int) -> bool:
+        """Whether :meth:`add` at ``step`` keeps the point beyond its being the latest (so that
+        a caller can skip building a value nobody keeps)."""
+        return self.first is None or step % self.stride == 0
+
+    def points(self) -> tuple[list[int], list[Any]]:
+        """The kept points with the first and the last, thinned to ``limit``."""
+        pairs = dict(zip(self.steps, self.values, strict=True))
+        for point in (self.first, self.last):
+            if point is not None:
+                pairs[point[0]] = point[1]
+        steps = sorted(pairs)
+        return thin(steps, [pairs[s] for s in steps], self.limit)
+
+
+def _number(value: Any) -> float | None:
+    """A JSON-safe float (None for NaN and infinities)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class RunTelemetry:
+    """One run's progress events and curves (see the module's docstring)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        total: int,
+        sink: Sink | None = None,
+        every: float = EMIT_EVERY,
+        limit: int = MAX_POINTS,
+    ) -> None:
+        self.run_id = run_id
+        self.total = total
+        self.sink = sink
+        self.every = every
+        self.limit = limit
+        self.series: dict[tuple[str, str], Series] = {}
+        self.stage = ""
+        self._loss: Any = None  # the latest loss tensor (or number), converted when sent
+        self._loss_index: int | None = None
+        self._next = time.monotonic() + every
+        self._step = 0
+        self._last_eval: Event | None = None
+
+    # -- called by the training loops, every step -------------------------------------------
+    def train_loss(self, stage: str, step: int, loss: Any, index: int | None = None) -> None:
+        """The loss of the step that brought the run to global ``step`` (a 0-d tensor, or a
+        vector of a stacked group's losses and this run's ``index`` in it)."""
+        series = self.series.get((stage, "loss"))
+        if series is None:
+            series = self.series[(stage, "loss")] = Series(self.limit)
+        if series.wants(step) or index is None:
+            series.add(step, loss if index is None else loss[index])
+        else:  # only the latest: kept as the vector and the index until needed
+            series.last = (step, _Pick(loss, index))
+        self._loss, self._loss_index, self._step = loss, index, step
+        if stage != self.stage:
+            self.stage = stage
+            self._emit_progress()
+        elif time.monotonic() >= self._next:
+            self._emit_progress()
+
+    def progress(self, stage: str, step: int) -> None:
+        """A step of a loop that reports no loss (a plugin's own loop)."""
+        self._step = step
+        if stage != self.stage:
+            self.stage = stage
+            self._emit_progress()
+        elif time.monotonic() >= self._next:
+            self._emit_progress()
+
+    # -- called by the run's harness ----------------------------------------------------------
+    def evaluation(self, stage: str, step: int, result: dict[str, Any]) -> None:
+        """An evaluation at ``step``: each of its numbers becomes a point of ``eval/NAME``."""
+        numbers = {k: v for k, v in result.items() if k != "step"}
+        for name, value in numbers.items():
+            if value is None or isinstance(value, (int, float)):
+                self.metric(stage, "eval/" + name, step, value)
+        self._last_eval = {"step": step, **numbers}
+        self._send({"kind": "eval", "stage": stage, "step": step, "result": numbers})
+
+    def metric(self, stage: str, name: str, step: int, value: Any) -> None:
+        """A point of the series ``name`` of ``stage`` (``ctx.log_metric``)."""
+        series = self.series.get((stage, name))
+        if series is None:
+            series = self.series[(stage, name)] = Series(self.limit)
+        series.add(step, value)
+
+    def curves(self) -> list[dict[str, Any]]:
+        """Every series, thinned: ``{"stage", "name", "steps", "values"}`` each, values as
+        floats (None where not finite), ordered by stage then name as first recorded."""
+        out = []
+        for (stage, name), series in self.series.items():
+            steps, values = series.points()
+            out.append({"stage": stage, "name": name, "steps": steps,
+                        "values": _numbers(values)})  # fmt: skip
+        return out
+
+    def finished(self) -> None:
+        """One last progress event (the step the run ended at)."""
+        self._emit_progress()
+
+    # -- events ------------------------------------------------------------------------------
+    def _emit_progress(self) -> None:
+        self._next = time.monotonic() + self.every
+        if self.sink is None:
+            return
+        loss = None
+        if self._loss is not None:
+            value = self._loss if self._loss_index is None else self._loss[self._loss_index]
+            loss = _number(value)
+        self._send({"kind": "progress", "stage": self.stage, "step": self._step,
+                    "total": self.total, "loss": loss})  # fmt: skip
+
+    def _send(self, event: Event) -> None:
+        if self.sink is None:
+            return
+        event["run_id"] = self.run_id
+        event["time"] = time.time()
+        # A watcher that fails (a closed queue at shutdown) must not fail the run.
+        with contextlib.suppress(Exception):
+            self.sink(event)
+
+
+class _Pick:
+    """``vector[index]``, taken only if the point is kept."""
+
+    __slots__ = ("vector", "index")
+
+    def __init__(self, vector: Any, index: int) -> None:
+        self.vector, self.index = vector, index
+
+    def __float__(self) -> float:
+        return float(self.vector[self.index])
+
+
+def _numbers(values: list[Any]) -> list[float | None]:
+    """Points as JSON-safe floats (a tensor's conversion syncs its device: once per kept
+    point, when the run ends)."""
+    out: list[float | None] = []
+    for value in values:
+        out.append(None if value is None else _number(value))
+    return out
+
+
+# -- where a process's events go ---------------------------------------------------------------
+_SINK: dict[str, Sink | None] = {"sink": None}
+
+
+def current_sink() -> Sink | None:
+    """The event sink of this process (None: nobody watches)."""
+    return _SINK["sink"]
+
+
+@contextlib.contextmanager
+def events_to(sink: Sink | None) -> Iterator[None]:
+    """Send this process's run events to ``sink`` for the block."""
+    before = _SINK["sink"]
+    _SINK["sink"] = sink
+    try:
+        yield
+    finally:
+        _SINK["sink"] = before
+
+
+def set_sink(sink: Sink | None) -> None:
+    """Send this process's run events to ``sink`` from now on (a pool worker's initializer)."""
+    _SINK["sink"] = sink
+
+
+def queue_sink(events: Any) -> Sink:
+    """A sink that puts events on a multiprocessing queue without ever blocking the run."""
+
+    def put(event: Event) -> None:
+        with contextlib.suppress(queue.Full):
+            events.put_nowait(event)
+
+    return put
+
+
+@contextlib.contextmanager
+def drained(events: Any, handle: Sink) -> Iterator[None]:
+    """Hand every event put on ``events`` to ``handle`` in a background thread of this
+    process, for the block (and what is left when it ends)."""
+    stop = threading.Event()
+
+    def drain() -> None:
+        while not stop.is_set():
+            try:
+                event = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError, ValueError):  # the queue closed under us
+                return
+            with contextlib.suppress(Exception):
+                handle(event)
+
+    thread = threading.Thread(target=drain, name="ssilbench-events", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        with contextlib.suppress(Exception):
+            while True:
+                handle(events.get_nowait())
+
+
+# -- the sweep process's side ------------------------------------------------------------------
+@dataclass
+class RunView:
+    """What the sweep process knows of a running run."""
+
+    run_id: str
+    label: str
+    total: int = 0
+    stage: str = ""
+    step: int = 0
+    loss: float | None = None
+    score: float | None = None
+    eval_step: int | None = None
+    started: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+
+    def eta(self, now: float | None = None) -> float | None:
+        """Seconds left at the run's pace so far (None before it has a pace)."""
+        if self.step <= 0 or self.total <= 0:
+            return None
+        spent = (now or time.time()) - self.started
+        return max(0.0, spent / self.step * (self.total - self.step))
+
+
+class SweepObserver:
+    """The sweep process's listener: the sweep's own events (``observer(event, text)``, the
+    ``on_progress`` callback of :func:`ssilbench.runner.sweep.run_sweep`), runs' live events
+    (:meth:`run_event`) and their recorded results (:meth:`run_recorded`), handed to a
+    display and to loggers. Subclasses draw; this one keeps the state."""
+
+    def __init__(self, loggers: list[Any] | None = None) -> None:
+        self.loggers = list(loggers or [])
+        self.runs: dict[str, RunView] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, event: str, text: str) -> None:
+        """The sweep's events: start, claimed, done, failed, skipped."""
+
+    def run_started(self, run_id: str, label: str, total: int) -> None:
+        with self.lock:
+            self.runs[run_id] = RunView(run_id, label, total)
+        for logger in self.loggers:
+            _call(logger, "run_started", run_id, label)
+
+    def run_event(self, event: Event) -> None:
+        """A live event of a run (from this process or a pool worker)."""
+        with self.lock:
+            view = self.runs.get(event.get("run_id", ""))
+            if view is None:
+                return
+            view.updated = time.time()
+            if event["kind"] == "progress":
+                view.stage, view.step = event["stage"], event["step"]
+                view.total = event.get("total") or view.total
+                if event.get("loss") is not None:
+                    view.loss = event["loss"]
+            elif event["kind"] == "eval":
+                view.stage = event.get("stage", view.stage)
+                view.step = max(view.step, event["step"])
+                view.eval_step = event["step"]
+                view.score = event["result"].get("score")
+
+    def run_ended(self, run_id: str, record: Any) -> None:
+        """A run was recorded: ``record`` is its RunRecord as the store now holds it, curves
+        included (None when it failed). The loggers get a finished run; the run leaves the
+        display."""
+        if record is not None:
+            for logger in self.loggers:
+                _call(logger, "run_finished", record)
+        with self.lock:
+            self.runs.pop(run_id, None)
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            _call(logger, "close")
+
+
+def _call(logger: Any, name: str, *args: Any) -> None:
+    """``logger.name(*args)`` where the logger has it. A logger that raises is reported once
+    on stderr and left out from then on: the store holds every run whatever a logger does."""
+    method = getattr(logger, name, None)
+    if method is None or getattr(logger, "_ssilbench_failed", False):
+        return
+    try:
+        method(*args)
+    except Exception as exc:
+        import sys
+
+        with contextlib.suppress(Exception):
+            logger._ssilbench_failed = True
+        who = getattr(logger, "name", "") or type(logger).__name__
+        print(f"warning: logger {who} failed in {name} "
+              f"({type(exc).__name__}: {exc}); it is left out for the rest of the sweep, "
+              "the results store is complete.", file=sys.stderr)  # fmt: skip

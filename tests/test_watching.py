@@ -1,0 +1,329 @@
+"""Watching runs: progress while they train (plain lines when stderr is not a terminal),
+curves recorded by real sweeps (ctx.log_metric included, in-process and in a pool), the
+`curves` command, and loggers (the hook, TensorBoard event files, W&B and MLflow offline)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from ssilbench.cli import cli
+from ssilbench.cli.progress import PlainProgress, fit, run_status
+from ssilbench.errors import PluginError, UnknownNameError
+from ssilbench.loggers.base import LoggedRun, make_loggers
+from ssilbench.loggers.tensorboard import TensorBoardLogger, read_events
+from ssilbench.runner.plan import build_plan
+from ssilbench.runner.results_db import ResultsStore
+from ssilbench.runner.spec import Sweep
+from ssilbench.runner.sweep import run_sweep
+from ssilbench.runner.telemetry import RunView, SweepObserver
+
+CPU = torch.device("cpu")
+MAZE = {"envs": ["maze:10x10"], "options": {"state": "position", "data": "states"},
+        "config": {"arch": "mlp5"}, "eval_every": 100, "rollouts": False}  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("data")
+
+
+class Recorder(SweepObserver):
+    """Keeps every live event and recorded run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[dict] = []
+        self.ended: list = []
+
+    def run_event(self, event: dict) -> None:
+        self.events.append(event)
+        super().run_event(event)
+
+    def run_ended(self, run_id: str, record) -> None:
+        self.ended.append(record)
+        super().run_ended(run_id, record)
+
+
+def _sweep(plugins, data, folder, method="idm_labeling", observer=None, **kw):
+    sweep = Sweep(methods=[method], budgets=["16", "0.5"], seeds=[0], steps=200, **MAZE)
+    with ResultsStore(folder) as store:
+        summary = run_sweep(build_plan(plugins, sweep, data), plugins, store, CPU,
+                            on_progress=observer, **kw)  # fmt: skip
+        assert summary.ok and summary.done == 2, summary
+        return {r.run_id: r for r in store.rows("done", curves=True)}
+
+
+def test_a_sweep_records_curves_and_log_metric_without_changing_results(plugins, data, tmp_path):
+    watched = Recorder()
+    runs = _sweep(plugins, data, tmp_path / "watched", observer=watched)
+    plain = _sweep(plugins, data, tmp_path / "plain", stack=False)
+    for run_id, run in runs.items():
+        # Watched, stacked or alone: the same numbers, and the same curves.
+        assert (run.metrics, run.timeline, run.stages) == (
+            plain[run_id].metrics, plain[run_id].timeline, plain[run_id].stages)  # fmt: skip
+        assert run.curves == plain[run_id].curves
+        series = {(c["stage"], c["name"]): c for c in run.curves}
+        assert {("idm", "loss"), ("policy", "loss"), ("policy", "eval/test_accuracy")} <= set(
+            series
+        )
+        assert series[("idm", "loss")]["steps"][0] == 1
+        assert series[("policy", "loss")]["steps"][-1] == 200
+        # idm_labeling logs how sure its IDM is of D_U's labels (ctx.log_metric).
+        [confidence] = series[("idm", "label_confidence")]["values"]
+        assert 0 < confidence <= 1
+    kinds = {(e["kind"], e["stage"]) for e in watched.events}
+    assert {("progress", "idm"), ("progress", "policy"), ("eval", "policy")} <= kinds
+    assert {r.run_id for r in watched.ended} == set(runs)
+    assert all(r.curves for r in watched.ended)
+
+
+def test_events_come_back_from_pool_workers(plugins, data, tmp_path):
+    from ssilbench.runner.units import PoolSetup
+    from ssilbench.runner.worker import RunStorage
+
+    watched = Recorder()
+    setup = PoolSetup(plugin_flags=(), data_root=data, device="cpu", storage=RunStorage())
+    runs = _sweep(plugins, data, tmp_path, "bc", observer=watched, workers=2, setup=setup)
+    assert {e["run_id"] for e in watched.events} == set(runs)
+    assert all(r.curves for r in runs.values())
+
+
+def test_plain_lines_fit_80_columns():
+    out = io.StringIO()
+    progress = PlainProgress(3, out, every=3600)
+    progress.run_started("r1", "idm_labeling (arch=impala) on procgen:bigfish, N_L=0.25, seed 7",
+                         25_000_000)  # fmt: skip
+    progress.run_event({"run_id": "r1", "kind": "progress", "stage": "policy",
+                        "step": 1_200_000, "total": 25_000_000, "loss": 0.23125})  # fmt: skip
+    progress.run_event({"run_id": "r1", "kind": "eval", "stage": "policy", "step": 1_000_000,
+                        "result": {"score": 0.8125}})  # fmt: skip
+    progress.round()
+    progress("done", "bc on maze:10x10, N_L=16, seed 0 " + "x" * 80)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
+    assert "policy 1.2M/25M loss 0.231 eval 0.812@1M eta " in lines[0]
+    assert lines[0].split(" ", 1)[1].startswith("idm_lab")
+    assert " N=0.25 s7 | policy" in lines[0]
+    assert "done 1/3: bc on maze" in lines[1]
+    assert fit("x" * 100, "y" * 10, 40) == "x" * 24 + "... | " + "y" * 10
+    assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc maze:10x10 N=16 s0 | s"
+
+
+def test_run_status_estimates_the_time_left():
+    view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
+    assert run_status(view, now=100.0) == "idm 250/1k eta 5:00"
+
+
+def test_run_prints_plain_progress_in_a_log(cli, monkeypatch):
+    """`run` with stderr not a terminal (a log, SLURM): periodic lines naming the stage,
+    step and loss of the running run, every line within 80 columns."""
+    monkeypatch.setenv("SSILBENCH_PROGRESS_EVERY", "0.05")
+    result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+                     "--steps", "3000", "--no-rollouts", "--threads", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    running = [line for line in lines if "| policy " in line and " loss " in line]
+    assert running, result.stderr
+    # Every progress line (a time stamp first) fits; the summary after them names the folder.
+    progress = [line for line in lines if line[:2].isdigit() and line[2] == ":"]
+    assert len(progress) > len(running) and all(len(line) <= 80 for line in progress)
+    assert any(line.endswith("done 1/1: bc on maze:10x10, N_L=16, seed 0") for line in lines)
+
+
+def test_a_bad_progress_interval_is_refused(cli, monkeypatch):
+    monkeypatch.setenv("SSILBENCH_PROGRESS_EVERY", "soon")
+    result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--steps", "20")
+    assert result.returncode == 2
+    assert "SSILBENCH_PROGRESS_EVERY='soon' is not a number of seconds" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def store(plugins, data, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("store")
+    _sweep(plugins, data, folder, "bc")
+    return folder
+
+
+def test_curves_command_draws_png_and_svg(store, tmp_path):
+    runner = CliRunner()
+    png = tmp_path / "c.png"
+    result = runner.invoke(cli, ["curves", "--results", str(store), "--out", str(png)])
+    assert result.exit_code == 0, result.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = tmp_path / "c.svg"
+    args = ["curves", "--results", str(store), "--budget", "16", "--series", "loss",
+            "--out", str(svg)]  # fmt: skip
+    assert runner.invoke(cli, args).exit_code == 0
+    text = svg.read_text()
+    assert text.lstrip().startswith("<?xml") and "</svg>" in text
+    assert (
+        "policy/loss" in text
+        and "bc (arch=mlp5) on maze:10x10" in text
+        and "N_L=16, seed 0" in text
+    )
+    assert "N_L=0.5" not in text
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--series", "nope"], "--series nope: not recorded"),
+        (["--method", "vm_idm"], "No finished run"),
+        (["--run", "ab"], "at least 6 characters"),
+        (["--out", "x.pdf"], "must end in .png or .svg"),
+    ],
+)
+def test_curves_command_errors(store, tmp_path, args, message):
+    out = ["--out", str(tmp_path / "c.png")] if "--out" not in args else []
+    result = CliRunner().invoke(cli, ["curves", "--results", str(store), *args, *out])
+    assert result.exit_code != 0 and message in str(result.exception), result.output
+
+
+def test_the_html_page_shows_the_curves(store):
+    from ssilbench.leaderboard.curves import store_curves_section
+
+    section = store_curves_section(store)
+    assert "<h2>Training curves</h2>" in section and "policy/loss" in section
+    assert section.count("<polyline") == 2  # a line per budget (one seed each)
+
+
+def _logged(store: Path) -> list[LoggedRun]:
+    with ResultsStore.open_read_only(store) as s:
+        return [LoggedRun.of(r) for r in s.rows("done", curves=True)]
+
+
+def test_tensorboard_event_files_read_back(store, tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    run = _logged(store)[0]
+    logger.run_finished(run)
+    [path] = (tmp_path / "tensorboard" / run.short_name).glob("events.out.tfevents.*")
+    events = read_events(path)
+    assert events[0]["file_version"] == "brain.Event:2"
+    loss = {e["step"]: e["scalars"]["policy/loss"] for e in events
+            if "policy/loss" in e.get("scalars", {})}  # fmt: skip
+    [curve] = [c for c in run.curves if c.tag == "policy/loss"]
+    assert sorted(loss) == curve.steps
+    assert loss[curve.steps[-1]] == pytest.approx(curve.values[-1], rel=1e-6)
+    assert any("final/test_accuracy" in e.get("scalars", {}) for e in events)
+    tensorboard = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    acc = tensorboard.EventAccumulator(str(path))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("policy/loss")] == curve.steps
+
+
+def test_a_corrupted_event_file_is_refused(store, tmp_path):
+    TensorBoardLogger(tmp_path).run_finished(_logged(store)[0])
+    [path] = (tmp_path / "tensorboard").glob("*/events.out.tfevents.*")
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="bad record"):
+        read_events(path)
+
+
+PLUGIN = """
+from ssilbench.api import RunLogger, hookimpl
+
+SEEN = []
+
+
+class JsonLogger(RunLogger):
+    def run_finished(self, run):
+        folder = self.log_dir / "jsonlog"
+        folder.mkdir(exist_ok=True)
+        (folder / (run.run_id + ".json")).write_text(__import__("json").dumps(
+            {"label": run.label, "tags": [c.tag for c in run.curves], "score": run.score}))
+
+
+@hookimpl
+def ssilbench_register_loggers(registry):
+    registry.add("jsonlog", "jsonlog_plugin:JsonLogger", "runs as JSON files")
+"""
+
+
+def test_a_third_party_logger_and_tensorboard_from_run(cli):
+    cli.write_plugin("jsonlog_plugin", PLUGIN)
+    logs = cli.tmp / "logs"
+    result = cli("-p", "jsonlog_plugin", "run", "--method", "bc", "--env", "maze:10x10",
+                 "--budgets", "16", "--steps", "60", "-q", "--results", str(cli.results),
+                 "--data-root", str(cli.data), "--log", "jsonlog,tensorboard",
+                 "--log-dir", str(logs))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [written] = (logs / "jsonlog").glob("*.json")
+    doc = json.loads(written.read_text())
+    assert doc["label"] == "bc on maze:10x10, N_L=16, seed 0"
+    assert "policy/loss" in doc["tags"] and "policy/eval/score" in doc["tags"]
+    [events] = (logs / "tensorboard").glob("*/events.out.tfevents.*")
+    assert any("policy/loss" in e.get("scalars", {}) for e in read_events(events))
+
+
+def test_an_unknown_logger_is_refused_before_any_run(cli):
+    result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--steps", "20",
+                     "--log", "tensorbord")  # fmt: skip
+    assert result.returncode == 2
+    assert "tensorbord" in result.stderr and "tensorboard" in result.stderr
+    assert not (cli.results / "results.sqlite").exists() or "done" not in str(cli.rows())
+
+
+def test_unknown_name_error_type(plugins, tmp_path):
+    with pytest.raises(UnknownNameError):
+        make_loggers(plugins, ["nope"], tmp_path)
+
+
+@pytest.mark.parametrize("name, module", [("wandb", "wandb"), ("mlflow", "mlflow")])
+def test_a_missing_logger_package_says_what_to_install(plugins, tmp_path, monkeypatch, name,
+                                                       module):  # fmt: skip
+    import builtins
+
+    real = builtins.__import__
+
+    def no_module(what, *args, **kw):
+        if what == module or what.startswith(module + "."):
+            raise ImportError(f"No module named '{module}'")
+        return real(what, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_module)
+    with pytest.raises(PluginError, match=rf'pip install "ssilbench\[{name}\]"'):
+        make_loggers(plugins, [name], tmp_path)
+
+
+def test_wandb_offline(store, tmp_path, plugins, monkeypatch):
+    pytest.importorskip("wandb", reason="the wandb extra is not installed")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    [logger] = make_loggers(plugins, ["wandb"], tmp_path)
+    run = _logged(store)[0]
+    logger.run_finished(run)
+    logger.close()
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(offline) == 1 and list(offline[0].glob("*.wandb"))
+
+
+def test_mlflow_file_store(store, tmp_path, plugins):
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed")
+    from mlflow.tracking import MlflowClient
+
+    [logger] = make_loggers(plugins, ["mlflow"], tmp_path)
+    run = _logged(store)[0]
+    logger.run_finished(run)
+    logger.close()
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
+    [found] = client.search_runs([client.get_experiment_by_name("ssilbench").experiment_id])
+    assert found.data.tags["ssilbench.run_id"] == run.run_id
+    history = client.get_metric_history(found.info.run_id, "policy/loss")
+    [curve] = [c for c in run.curves if c.tag == "policy/loss"]
+    assert [m.step for m in history] == curve.steps
