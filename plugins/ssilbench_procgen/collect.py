@@ -16,6 +16,7 @@ import torch
 
 from ssilbench.kit import TransitionStore, TransitionStoreWriter, as_model_input
 from ssilbench_procgen.games import OBS_SHAPE
+from ssilbench_procgen.ppo import ProgressLines
 
 
 class _Episode:
@@ -42,7 +43,12 @@ def collect_rollouts(
     generator = torch.Generator().manual_seed(seed)
     venv = make_env(num_envs, seed)
     returns: list[float] = []
-    logged = 0
+    progress = ProgressLines(f"collect {path.name}", frames, log, unit="frames")
+
+    def detail() -> str:
+        mean = f", return {np.mean(returns):.2f}" if returns else ""
+        return f"{len(returns)} episodes{mean}"
+
     episodes = [_Episode() for _ in range(num_envs)]
     try:
         with TransitionStoreWriter(path, OBS_SHAPE, np.uint8, producer, metadata) as writer:
@@ -65,9 +71,8 @@ def collect_rollouts(
                         if writer.num_frames >= frames:
                             break
                 obs = next_obs
-                if len(returns) >= logged + 10:
-                    logged = len(returns)
-                    log(f"{writer.num_frames}/{frames} frames, {logged} episodes")
+                progress(writer.num_frames, detail)
+            progress(writer.num_frames, detail(), force=True)
             writer.metadata = {
                 **metadata,
                 "episode_return_mean": float(np.mean(returns)) if returns else None,

@@ -31,6 +31,71 @@ CHECKPOINT_VERSION = 1
 ARCHITECTURE = "impala-actor-critic"
 
 
+PROGRESS_EVERY_ENV = "SSILBENCH_PROGRESS_EVERY"
+
+
+def progress_every(default: float = 30.0) -> float:
+    """Seconds between two progress lines (``SSILBENCH_PROGRESS_EVERY``, as for ``run``)."""
+    import os
+
+    try:
+        value = float(os.environ.get(PROGRESS_EVERY_ENV, "") or default)
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _count(n: int) -> str:
+    """12_345 -> "12.3k", 25_000_000 -> "25M": counts in a narrow line."""
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size:
+            value = n / size
+            return (f"{value:.1f}" if value < 100 else f"{value:.0f}").removesuffix(".0") + unit
+    return str(n)
+
+
+class ProgressLines:
+    """Plain progress lines, at most one every ``every`` seconds (and whenever ``force``d):
+    ``what: done/total (share), detail, rate/s, eta`` in at most 80 columns (the detail is
+    shortened first); ``unit`` names what is counted (steps, frames), and ``done`` starts
+    from ``start`` (a resumed run)."""
+
+    def __init__(self, what: str, total: int, log: Callable[[str], None], unit: str = "steps",
+                 start: int = 0, every: float | None = None) -> None:  # fmt: skip
+        self.what, self.total, self.log, self.unit = what, total, log, unit
+        self.every = progress_every() if every is None else every
+        self.start, self.began = start, time.monotonic()
+        self.next = self.began + self.every
+
+    def __call__(
+        self, done: int, detail: str | Callable[[], str] = "", force: bool = False
+    ) -> None:
+        """Report ``done`` (a line only when one is due); ``detail`` may be a callable, built
+        only then."""
+        now = time.monotonic()
+        if not force and now < self.next:
+            return
+        detail = detail() if callable(detail) else detail
+        self.next = now + self.every
+        rate = (done - self.start) / max(now - self.began, 1e-9)
+        eta = (self.total - done) / rate if rate > 0 else None
+        share = 100 * done / self.total if self.total else 100.0
+        head = f"{self.what}: {_count(done)}/{_count(self.total)} ({share:.0f}%)"
+        tail = f", {rate:.0f}/s, eta {_clock(eta)}"
+        room = 80 - len(head) - len(tail) - 2  # the detail is cut, the rate and eta never
+        if detail and room > 3:
+            head += ", " + (detail if len(detail) <= room else detail[: room - 2] + "..")
+        self.log((head + tail)[:80])
+
+
 class ActorCritic(nn.Module):
     """IMPALA-CNN trunk with a policy head (logits) and a value head."""
 
@@ -155,7 +220,11 @@ def train(
     obs, _ = venv.reset(seed=config.seed * 1_000_003 + start)
     episode_return = np.zeros(config.num_envs)
     finished: list[float] = []
-    t0 = time.monotonic()
+    progress = ProgressLines(env_id, total_updates * per_update, log, start=start * per_update)
+
+    def returns() -> str:
+        recent = finished[-100:]
+        return f"return {np.mean(recent):.2f}" if recent else "return ?"
 
     def payload(updates: int) -> dict[str, Any]:
         return {
@@ -176,9 +245,15 @@ def train(
 
     try:
         for update in range(start, total_updates):
+            done = update * per_update
+
+            def tick(t: int, done: int = done) -> None:
+                progress(done + t * config.num_envs, lambda: "rollout, " + returns())
+
             batch = _rollout(model, venv, obs, config, device, generator, episode_return,
-                             finished)  # fmt: skip
+                             finished, tick)  # fmt: skip
             obs = batch.pop("next_obs")
+            progress(done + per_update, "optimising, " + returns())
             stats = _optimise(model, optimiser, batch, config, device, generator)
             recent = finished[-100:]
             record = {
@@ -189,19 +264,20 @@ def train(
                 **stats,
             }
             history.append(record)
-            log(
-                f"update {update + 1}/{total_updates}  steps {record['frames']}  "
-                f"return(last 100) {record['mean_return']:.2f}  "
-                f"{per_update * (update + 1 - start) / (time.monotonic() - t0):.0f} steps/s"
-            )
-            if (update + 1) % config.checkpoint_every == 0 or update + 1 == total_updates:
+            saving = (update + 1) % config.checkpoint_every == 0 or update + 1 == total_updates
+            if saving:
                 save_atomic(payload(update + 1), out)
+            # "ckpt": the checkpoint was saved with this update.
+            progress(record["frames"], f"{returns()}, update {update + 1}/{total_updates}"
+                     + (" ckpt" if saving else ""), force=True)  # fmt: skip
     finally:
         venv.close()
     return history[-1]
 
 
-def _rollout(model, venv, obs, config, device, generator, episode_return, finished):
+def _rollout(model, venv, obs, config, device, generator, episode_return, finished,
+             tick=None):  # fmt: skip
+    """One rollout of ``num_steps`` steps of every environment; ``tick(t)`` after step t."""
     t, e = config.num_steps, config.num_envs
     frames = np.empty((t, e, *OBS_SHAPE), dtype=np.uint8)
     actions = torch.empty((t, e), dtype=torch.long)
@@ -224,6 +300,8 @@ def _rollout(model, venv, obs, config, device, generator, episode_return, finish
             episode_return += reward
             finished.extend(episode_return[done].tolist())
             episode_return[done] = 0.0
+            if tick is not None:
+                tick(step + 1)
         values[t] = model(as_model_input(obs, device))[1].cpu()
     advantages = torch.zeros((t, e))
     running = torch.zeros(e)
