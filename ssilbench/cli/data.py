@@ -20,7 +20,7 @@ from ssilbench.runner.run_options import comma_list
 
 @click.group()
 def data() -> None:
-    """Build, verify or rebuild expert datasets."""
+    """Build, verify, import, download or collect expert datasets."""
 
 
 def _describe(store) -> str:
