@@ -319,3 +319,12 @@ def test_mlflow_file_store(store, tmp_path, plugins):
     history = client.get_metric_history(found.info.run_id, "policy/loss")
     [curve] = [c for c in run.curves if c.tag == "policy/loss"]
     assert [m.step for m in history] == curve.steps
+
+
+def test_a_log_dir_that_cannot_be_made_says_so(plugins, tmp_path):
+    from ssilbench.errors import UsageError
+
+    taken = tmp_path / "taken"
+    taken.write_text("a file, not a folder")
+    with pytest.raises(UsageError, match=r"Cannot create the log directory .*--log-dir DIR"):
+        make_loggers(plugins, ["tensorboard"], taken / "logs")
