@@ -328,3 +328,16 @@ def test_a_log_dir_that_cannot_be_made_says_so(plugins, tmp_path):
     taken.write_text("a file, not a folder")
     with pytest.raises(UsageError, match=r"Cannot create the log directory .*--log-dir DIR"):
         make_loggers(plugins, ["tensorboard"], taken / "logs")
+
+
+def test_the_curves_section_escapes_names_and_averages_seeds():
+    from ssilbench.leaderboard.curves import RunCurves, curves_section
+
+    evil = "<script>alert(1)</script>"
+    runs = [RunCurves(f"r{seed}", "label", evil, "maze:10x10", "16", seed,
+                      {"policy/loss": ([1, 2], [1.0 + seed, 0.5 + seed])})
+            for seed in (0, 1)]  # fmt: skip
+    html = curves_section(runs)
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.count("<polyline") == 1  # the mean of the two seeds
+    assert curves_section([]) == ""
