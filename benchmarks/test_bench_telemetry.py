@@ -1,6 +1,6 @@
-"""What watching a run costs per training step: RunTelemetry.train_loss (the call every
-optimiser step makes), against which a training step of the smallest maze model (~1 ms)
-is compared. Run: pytest benchmarks/test_bench_telemetry.py --benchmark-only."""
+"""What watching a run costs per training step: RunTelemetry.train_loss, the call every
+optimiser step makes (a training step of the smallest maze model takes milliseconds on the
+development machine). Run: pytest benchmarks/test_bench_telemetry.py --benchmark-only."""
 
 from __future__ import annotations
 
