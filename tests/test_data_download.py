@@ -519,3 +519,11 @@ def test_a_terminal_is_asked_before_the_download_and_yes_skips_it(toy, monkeypat
         assert "Cannot reach 127.0.0.1:9" in capsys.readouterr().err
     finally:
         sys.modules.pop("toy_downloads", None)
+
+
+def test_a_damaged_lock_file_is_one_clear_error(tmp_path):
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / dl.LOCK_NAME).write_text('{"format": "ssilbench.download-lock", "files": {"x": {}}}')
+    with pytest.raises(dl.DownloadError, match=r"lock file .* is unreadable .*Delete it"):
+        dl.plan_downloads(one_file(), one_file().files, dest)
