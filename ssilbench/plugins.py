@@ -120,7 +120,10 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
             continue
         origin = _origin(name, source)
         try:
-            module = source.load() if isinstance(source, EntryPoint) else _import(source)
+            # Not isinstance(source, EntryPoint): once a package that imports the
+            # importlib_metadata backport is loaded (mlflow does), entry points come back as the
+            # backport's class.
+            module = _import(source) if isinstance(source, str) else source.load()
             if pm.is_registered(module):
                 continue  # already loaded under its entry-point name
             pm.register(module, name=name)
@@ -166,7 +169,7 @@ def _import(module: str) -> ModuleType:
 
 
 def _origin(name: str, source: EntryPoint | str) -> Origin:
-    if isinstance(source, EntryPoint) and source.dist is not None:
+    if not isinstance(source, str) and source.dist is not None:
         return Origin(name, source.dist.metadata["Name"], source.dist.version)
     return Origin(name)
 
