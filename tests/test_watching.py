@@ -297,6 +297,8 @@ def test_wandb_offline(store, tmp_path, plugins, monkeypatch):
     pytest.importorskip("wandb", reason="the wandb extra is not installed")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    for key in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # not the home folder
+        monkeypatch.setenv(key, str(tmp_path / key.lower()))
     [logger] = make_loggers(plugins, ["wandb"], tmp_path)
     run = _logged(store)[0]
     logger.run_finished(run)
