@@ -46,6 +46,16 @@ class OutputError(SsilbenchError):
     """An output file or folder (a figure, a report, an export) cannot be written."""
 
 
+class PreflightError(SsilbenchError):
+    """Several things a sweep needs are missing or wrong (datasets, extras, simulators, label
+    budgets): found together before anything runs, and reported in one message. ``problems``
+    holds each one's own error, so a caller (or a test) can tell them apart."""
+
+    def __init__(self, message: str, problems: list[SsilbenchError]) -> None:
+        super().__init__(message)
+        self.problems = problems
+
+
 # What an OS error on a user's path means, in the words the messages use.
 _CAUSES = {
     errno.ENOSPC: "disk full",

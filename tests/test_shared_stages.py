@@ -68,7 +68,7 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(cli):
     assert shown.returncode == 0, shown.stderr
     assert _tree(cli.tmp) == before  # no dataset built, no store, no cache, no timings
     assert "8 run(s): 0 already recorded, 8 to run" in shown.stdout
-    assert "Datasets to build or import first: maze:10x10 " in shown.stdout
+    assert "Datasets a run builds first: maze:10x10." in shown.stdout
     for stage in ("bc            policy", "idm_labeling  idm", "idm_labeling  policy"):
         assert stage in shown.stdout
     assert "Estimated compute: training" in shown.stdout

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ssilbench.api import Stage
-from ssilbench.runner.plan import SweepPlan
+from ssilbench.data.datasets import DatasetNotBuilt
+from ssilbench.runner.plan import Problem, SweepPlan, dataset_problem_lines
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.worker import stage_scope
 from ssilbench.train.memo import StageCache, share_identity
@@ -80,6 +81,22 @@ class DryRun:
     device: str
     workers: int
 
+    @property
+    def wall_seconds(self) -> float | None:
+        """The estimated wall time (the compute shared among the workers), or None where
+        the training time is not known."""
+        if self.training_s is None:
+            return None
+        parts = (self.training_s, self.other_s, self.evaluation_s)
+        return sum(s for s in parts if s is not None) / max(1, self.workers)
+
+    def summary(self) -> str:
+        """One line: how many runs, and the estimate."""
+        wall = self.wall_seconds
+        cost = "no estimate" if wall is None else f"about {_hours(wall)}"
+        return (f"{len(self.pending)} run(s) to train on {self.device}: {cost} (training "
+                "steps x step times measured on this device, evaluations at most)")  # fmt: skip
+
     def render(self) -> str:
         lines = [
             f"{len(self.plan.runs)} run(s): {self.done} already recorded, "
@@ -87,12 +104,7 @@ class DryRun:
             + (f" with {self.workers} workers" if self.workers > 1 else "")
             + "."
         ]
-        missing = [t.env for t in self.plan.tasks.values() if t.dataset is None]
-        if missing:
-            lines.append(
-                f"Datasets to build or import first: {', '.join(sorted(missing))} "
-                "(step times measured on random frames of their shape)."
-            )
+        lines += self._dataset_lines()
         if self.works:
             lines += ["", "Stages to train:", _table(self.works)]
             if any(w.shared for w in self.works):
@@ -132,6 +144,51 @@ class DryRun:
                 "each stage on a small store of the task's shape)."
             )
         return "\n".join(lines)
+
+    def _dataset_lines(self) -> list[str]:
+        """The tasks without a dataset yet: those a run builds, and those it cannot (not
+        imported or damaged), listed with what to do as a run would list them."""
+        absent = [t for t in self.plan.tasks.values() if t.dataset is None]
+        if not absent:
+            return []
+        built = sorted(t.env for t in absent if isinstance(t.unavailable, DatasetNotBuilt))
+        lines = []
+        if built:
+            lines.append(f"Datasets a run builds first: {', '.join(built)}.")
+        missing = [
+            Problem("dataset", t.env, t.unavailable, t)
+            for t in absent
+            if t.unavailable is not None and not isinstance(t.unavailable, DatasetNotBuilt)
+        ]
+        if missing:
+            lines.append("Datasets a run cannot make (without them the sweep stops before it "
+                         "starts):")  # fmt: skip
+            lines += dataset_problem_lines(missing, self.plan.data_root or Path("DATA_ROOT"))
+        lines.append("(Step times of tasks without a dataset are measured on random frames "
+                     "of their shape.)")  # fmt: skip
+        return lines
+
+
+def probe_steps(
+    plan: SweepPlan, results_dir: Path, per_stage: int, retry_failed: bool = False
+) -> tuple[int, int]:
+    """(the training steps of the runs a sweep will execute, the steps that measuring their
+    step times trains: ``per_stage`` for every stage of each method config and task shape).
+    Runs recorded already (and failed ones unless retried) are not executed."""
+    from ssilbench.runner.results_db import read_statuses
+
+    skipped = ("done",) if retry_failed else ("done", "failed")
+    done = {r for r, status in read_statuses(results_dir).items() if status in skipped}
+    pending, probed = 0, {}
+    for spec in plan.runs:
+        if spec.run_id in done:
+            continue
+        pending += spec.steps
+        task = plan.task_of(spec)
+        key = (SweepPlan.method_key(spec.method, spec.config), task.spec.obs_shape,
+               task.spec.num_actions)  # fmt: skip
+        probed[key] = per_stage * sum(s.steps > 0 for s in plan.stages[spec.run_id])
+    return pending, sum(probed.values())
 
 
 def _hours(seconds: float) -> str:

@@ -21,9 +21,17 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
-from ssilbench.data.datasets import TransitionStore, read_only, task_dataset
+from ssilbench.data.datasets import DatasetNotBuilt, TransitionStore, read_only, task_dataset
 from ssilbench.data.split import available_items, resolve_budget
-from ssilbench.errors import ConfigError, DatasetError, UsageError, did_you_mean, unknown
+from ssilbench.errors import (
+    ConfigError,
+    DatasetError,
+    PreflightError,
+    SsilbenchError,
+    UsageError,
+    did_you_mean,
+    unknown,
+)
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
 from ssilbench.runner.identity import dataset_fingerprint, plugin_versions, protocol_fingerprint
@@ -169,6 +177,11 @@ class TaskInfo:
     options: BaseModel
     task: Task
     dataset: TransitionStore | None = None
+    unavailable: DatasetError | None = None
+    """Why a dry run has no dataset for the task: DatasetNotBuilt (a run builds it) or the
+    error a run would stop with (not imported, damaged)."""
+    environment: Environment | None = None
+    """The family the task belongs to (what it publishes for download, for the messages)."""
 
     @property
     def spec(self) -> EnvSpec:
@@ -190,6 +203,7 @@ class SweepPlan:
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     methods: dict[str, MethodInfo] = field(default_factory=dict)  # by method_key
     stages: dict[str, list[Stage]] = field(default_factory=dict)  # by run id
+    data_root: Path | None = None  # where prepare() looked for the datasets
 
     @staticmethod
     def task_key(spec: RunSpec) -> str:
@@ -237,7 +251,8 @@ class SweepPlan:
             family, task_name = split_env_id(spec.env)
             environment: Environment = plugins.environments.create(family)
             options = validate_model(environment.Options, spec.options, f"options of '{family}'")
-            self.tasks[task_key] = TaskInfo(spec.env, options, environment.load(task_name, options))
+            task = environment.load(task_name, options)
+            self.tasks[task_key] = TaskInfo(spec.env, options, task, environment=environment)
         method, task = self.methods[method_key], self.tasks[task_key]
         _check_identity(spec, identify(plugins, method, task))
         self.stages[spec.run_id] = method.cls().stages(
@@ -303,7 +318,7 @@ def _method_config(
     return validate_model(cls.Config, values, f"config of method '{name}'")
 
 
-def _architectures(info: MethodInfo, spec: EnvSpec) -> list[str]:
+def architecture_names(info: MethodInfo, spec: EnvSpec) -> list[str]:
     """The architectures the method's config names (unset fields: the task's default)."""
     return [
         getattr(info.config, f) or spec.default_arch for f in architecture_fields(info.cls.Config)
@@ -346,7 +361,7 @@ def identify(plugins: Plugins, method: MethodInfo, task: TaskInfo) -> dict[str, 
     protocol fingerprint and the versions of the plugins it uses."""
     family = task.env.split(":", 1)[0]
     used = [(plugins.methods, method.name), (plugins.environments, family)]
-    used += [(plugins.architectures, a) for a in _architectures(method, task.spec)]
+    used += [(plugins.architectures, a) for a in architecture_names(method, task.spec)]
     return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used)}
 
 
@@ -390,7 +405,8 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
         options = validate_model(
             environment.Options, sweep.options, f"options of environment '{family}'"
         )
-        info = TaskInfo(f"{family}:{task_name}", options, environment.load(task_name, options))
+        info = TaskInfo(f"{family}:{task_name}", options, environment.load(task_name, options),
+                        environment=environment)  # fmt: skip
         spec = info.spec
         has_vm = info.task.video_model() is not None
         steps = sweep.total_steps(spec.default_steps)
@@ -434,30 +450,140 @@ def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> Swee
     plan, check the label budgets against the datasets' sizes and the simulators that the
     rollouts need, and fill in each spec's ``data`` fingerprint; returns the prepared plan.
 
+    This is the sweep's preflight: every task is checked before anything is reported, so a
+    sweep that lacks several things (the datasets of 16 Procgen games, an extra) says so in
+    one :class:`~ssilbench.errors.PreflightError` listing each with what to do, rather than
+    one per try. A single problem raises its own error, unchanged.
+
     ``datasets="prepare"`` builds or opens every task's dataset; ``"read"`` only opens the
     ones already there and writes nothing (a task whose dataset is not built, imported or
-    readable yet gets none, its runs keep ``data`` unset, and its budgets are checked when
-    a run prepares it)."""
-    out = SweepPlan(runs=[], methods=dict(plan.methods))
+    readable yet gets none and the reason in ``TaskInfo.unavailable``, its runs keep ``data``
+    unset, and its budgets are checked when a run prepares it)."""
+    root = Path(data_root)
+    problems: list[Problem] = []
+    # Simulators first: a check is quick, and a missing extra is what a new user meets first.
+    for key in dict.fromkeys(SweepPlan.task_key(s) for s in plan.runs if s.rollouts):
+        try:
+            plan.tasks[key].task.check_rollouts()
+        except SsilbenchError as exc:
+            problems.append(Problem("simulator", plan.tasks[key].env, exc, plan.tasks[key]))
+    out = SweepPlan(runs=[], methods=dict(plan.methods), data_root=root)
     for key, info in plan.tasks.items():
-        dataset = info.dataset or _dataset(info.task, Path(data_root), datasets)
-        out.tasks[key] = TaskInfo(info.env, info.options, info.task, dataset)
+        dataset, unavailable = info.dataset, None
+        if dataset is None:
+            try:
+                dataset = _dataset(info.task, root, datasets)
+            except DatasetNotBuilt as exc:  # a dry run: a run would build it
+                unavailable = exc
+            except DatasetError as exc:
+                unavailable = exc
+                if datasets == "prepare":
+                    problems.append(Problem("dataset", info.env, exc, info))
+        out.tasks[key] = TaskInfo(info.env, info.options, info.task, dataset, unavailable,
+                                  info.environment)  # fmt: skip
     checked: set[tuple[str, str]] = set()
     for spec in plan.runs:
         task = out.tasks[SweepPlan.task_key(spec)]
         if task.dataset is not None:
             if (key := (SweepPlan.task_key(spec), spec.budget)) not in checked:
-                available = available_items(task.dataset, task.spec.budget_unit)
-                resolve_budget(spec.budget, available, task.spec.budget_unit)
                 checked.add(key)
+                try:
+                    available = available_items(task.dataset, task.spec.budget_unit)
+                    resolve_budget(spec.budget, available, task.spec.budget_unit)
+                except SsilbenchError as exc:
+                    problems.append(Problem("budget", task.env, exc, task))
             prepared = spec.model_copy(update={"data": dataset_fingerprint(task.dataset)})
         else:
             prepared = spec
         out.runs.append(prepared)
         out.stages[prepared.run_id] = plan.stages[spec.run_id]
-    for key in {SweepPlan.task_key(s) for s in plan.runs if s.rollouts}:
-        out.tasks[key].task.check_rollouts()
+    if len(problems) == 1:
+        raise problems[0].error
+    if problems:
+        raise PreflightError(describe_problems(problems, root), [p.error for p in problems])
     return out
+
+
+@dataclass
+class Problem:
+    """One thing a sweep needs that is missing or wrong, found by :func:`prepare`."""
+
+    kind: str  # "simulator" (an extra or a simulator), "dataset" or "budget"
+    env: str  # family:task
+    error: SsilbenchError
+    task: TaskInfo | None = None
+
+
+_HEADINGS = {
+    "simulator": "Simulators and extras (needed for the rollouts; --no-rollouts runs without)",
+    "dataset": "Datasets (under {root})",
+    "budget": "Label budgets",
+}
+
+
+def describe_problems(problems: list[Problem], data_root: Path) -> str:
+    """One message for every problem :func:`prepare` found: grouped by kind, the tasks that
+    share a message listed once, and the datasets of one family that all miss for the same
+    reason shown by the first one's message (which names the commands that fix it)."""
+    counts = {kind: sum(p.kind == kind for p in problems) for kind in _HEADINGS}
+    # Tasks that miss the same simulator (one message) miss one thing.
+    counts["simulator"] = len({str(p.error) for p in problems if p.kind == "simulator"})
+    found = ", ".join(
+        f"{n} {what}{'s' * (n > 1)}"
+        for n, what in (
+            (counts["simulator"], "simulator or extra"),
+            (counts["dataset"], "dataset"),
+            (counts["budget"], "label budget"),
+        )
+        if n
+    )
+    lines = [
+        f"The sweep cannot start; everything it lacks is listed here ({found}). Nothing was "
+        "run or recorded."
+    ]
+    for kind, heading in _HEADINGS.items():
+        mine = [p for p in problems if p.kind == kind]
+        if not mine:
+            continue
+        lines += ["", heading.format(root=data_root) + ":"]
+        if kind == "dataset":
+            lines += dataset_problem_lines(mine, data_root)
+            continue
+        by_message: dict[str, list[str]] = {}
+        for p in mine:
+            by_message.setdefault(str(p.error), []).append(p.env)
+        for message, envs in by_message.items():
+            lines.append(f"  {_task_list(envs)}: {message}")
+    lines += ["", "Fix these and run the same command again ('ssilbench list' shows which "
+              "extras and datasets are present)."]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _task_list(envs: list[str], shown: int = 4) -> str:
+    if len(envs) <= shown:
+        return ", ".join(envs)
+    return f"{', '.join(envs[:shown])}, … ({len(envs)} tasks)"
+
+
+def dataset_problem_lines(problems: list[Problem], root: Path) -> list[str]:
+    """Per family: its tasks without data, then what to do. Where every task's message is
+    the same but for the task's name, it is shown once (for the first task)."""
+    families: dict[str, list[Problem]] = {}
+    for p in problems:
+        families.setdefault(p.env.split(":", 1)[0], []).append(p)
+    lines = []
+    for family, mine in families.items():
+        tasks = [p.env.split(":", 1)[1] for p in mine]
+        lines.append(f"  {family}: {len(tasks)} task{'s' * (len(tasks) > 1)} ({', '.join(tasks)})")
+        lines += _download_lines(family, tasks, mine[0].task, root)
+        templates = {str(p.error).replace(task, "\0") for p, task in zip(mine, tasks, strict=True)}
+        if len(mine) > 1 and len(templates) == 1:
+            others = len(mine) - 1
+            alike = "the other one alike" if others == 1 else f"the other {others} alike"
+            lines.append(f"    {mine[0].env} ({alike}): {mine[0].error}")
+        else:
+            lines += [f"    {p.env}: {p.error}" for p in mine]
+    return lines
 
 
 def open_datasets(plan: SweepPlan, data_root: Path) -> None:
@@ -485,14 +611,46 @@ def build_plan(
     return prepare(resolve_plan(plugins, sweep), data_root, datasets)
 
 
-def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore | None:
+def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore:
+    """The task's dataset; with ``datasets="read"`` opened without writing anything (one
+    not built yet raises DatasetNotBuilt, one not imported or damaged a DatasetError)."""
     if datasets == "prepare":
         return task_dataset(task, root)
     with read_only():
-        try:
-            return task_dataset(task, root)
-        except DatasetError:  # not built, not imported yet, or damaged: a run would say so
-            return None
+        return task_dataset(task, root)
+
+
+def _download_lines(family: str, tasks: list[str], info: TaskInfo | None, root: Path) -> list[str]:
+    """The ``ssilbench data download`` command that fetches and imports the tasks' data,
+    with its size where the family's download manifest gives it; none where the family
+    publishes nothing to download (``Environment.downloads``)."""
+    if info is None or not getattr(info.environment, "downloads", None):
+        return []
+    try:
+        from ssilbench.data.download import human_size, packaged_manifest
+
+        manifest = packaged_manifest(info.environment)
+    except (ImportError, SsilbenchError):  # no manifest to read: the plugin's own hint stays
+        return []
+    files = manifest.select(tasks) if manifest is not None else []
+    if manifest is None or not files:
+        return []
+    every = set(manifest.tasks()) <= set(tasks)
+    command = f"ssilbench data download {family}" + ("" if every else f" --games {','.join(tasks)}")
+    command += "".join(f" -o {k}={_flag_value(v)}" for k, v in non_default(info.options).items())
+    sizes = [f.size for f in files if f.size is not None]
+    size = f"{len(files)} file{'s' * (len(files) > 1)}, "
+    if not sizes:
+        size += "sizes not published"
+    else:
+        size += human_size(sum(sizes))
+        if len(sizes) < len(files):
+            size += f" + {len(files) - len(sizes)} of unpublished size"
+    return [f"    download them: {command} --data-root {root}", f"      ({manifest.title}: {size})"]
+
+
+def _flag_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def non_default(model: BaseModel) -> dict[str, Any]:
