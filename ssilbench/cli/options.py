@@ -3,7 +3,8 @@
 ``SSILBENCH_RESULTS`` and ``SSILBENCH_DATA`` set the defaults of ``--results`` and
 ``--data-root``. Options whose help differs between commands (``--sweep``, ``--quick``,
 ``--device``, ``-o``, ``-c``) are made by a function that takes what differs, as are the
-whole-number options (``--workers``, ``--frames``, ...).
+whole-number options (``--workers``, ``--frames``, ...), ``--threads`` (a count, ``auto``
+or ``torch``) and ``-y/--yes``.
 """
 
 from __future__ import annotations
@@ -66,3 +67,34 @@ def count_option(
     in the help."""
     return click.option(*decls, type=click.IntRange(min=minimum), default=default,
                         show_default=default is not None, **more)  # fmt: skip
+
+
+class ThreadsType(click.ParamType):
+    """``--threads``: a whole number from 1, ``auto`` or ``torch``."""
+
+    name = "N|auto|torch"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip().lower()
+            if text in ("auto", "torch"):
+                return text
+            if not text.isdigit():
+                self.fail(f"{value!r} is not a whole number, 'auto' or 'torch'.", param, ctx)
+            number = int(text)
+        if number < 1:
+            self.fail(f"{number} is not a positive number of threads.", param, ctx)
+        return number
+
+
+def threads_option(help: str, default: str | None = "auto") -> Callable[[F], F]:
+    """``--threads N|auto|torch``: torch intra-op threads of each training process."""
+    return click.option("--threads", type=ThreadsType(), default=default,
+                        show_default=default is not None, help=help)  # fmt: skip
+
+
+def yes_option(help: str) -> Callable[[F], F]:
+    """``-y/--yes``: start without the question a terminal would be asked."""
+    return click.option("-y", "--yes", is_flag=True, help=help)

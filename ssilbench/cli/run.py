@@ -18,10 +18,13 @@ from ssilbench.cli.options import (
     quick_option,
     results_option,
     sweep_file_option,
+    threads_option,
+    yes_option,
 )
 from ssilbench.runner.run_options import EXECUTORS
 
 if TYPE_CHECKING:
+    from ssilbench.runner.launch import PreparedRun
     from ssilbench.runner.sweep import SweepSummary
 
 # Flags that go into RunOptions.executor rather than RunOptions itself.
@@ -74,8 +77,10 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.option(
     "--no-rollouts", is_flag=True, help="Evaluate on the test set only (no rollouts, no score)."
 )
-@count_option(
-    "--threads", help="Torch intra-op threads (1 is fastest for tiny models on a busy machine)."
+@threads_option(
+    "Torch intra-op threads of each process that trains: N, 'auto' (one for small networks "
+    "on the CPU, else the cores shared among the workers; see docs/guide.md) or 'torch' "
+    "(torch's own default)."
 )
 @click.option(
     "--stack/--no-stack",
@@ -124,6 +129,8 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False),
               help="Where loggers write [default: RESULTS/logs].")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress display.")
+@yes_option("Start without asking. A terminal is asked before a sweep estimated to take over "
+            "5 minutes; without a terminal the sweep starts (see docs/guide.md).")  # fmt: skip
 @click.pass_obj
 def run(state: State, **flags: Any) -> None:
     """Run a sweep of methods x environments x budgets x seeds into the results store."""
@@ -132,12 +139,12 @@ def run(state: State, **flags: Any) -> None:
 
 @click.pass_obj
 def _plan(state: State, **flags: Any) -> None:
-    run_command(state, {**flags, "dry_run": True, "save_timings": True})
+    run_command(state, {**flags, "dry_run": True, "save_timings": True, "yes": True})
 
 
 plan = click.Command(
     "plan",
-    params=[p for p in run.params if p.name != "dry_run"],
+    params=[p for p in run.params if p.name not in ("dry_run", "yes")],
     callback=_plan,
     help="What 'run' with the same arguments would do: its runs, the stages they train "
     "(shared, cached) and the estimated compute from step times measured on this device "
@@ -151,6 +158,7 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
     from ssilbench.runner.run_options import ExecutorSettings, RunOptions
 
     state.quiet = state.quiet or flags["quiet"]
+    yes = flags.pop("yes")
     log_names, log_dir = flags.pop("log_names"), flags.pop("log_dir")
     executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
     options = RunOptions(**flags, executor=executor)
@@ -160,6 +168,11 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
         click.echo(preview.render())
         if options.save_timings:
             save_timings(timings, prepared.results_dir)
+        return
+    if prepared.threads is not None:
+        state.log()(prepared.threads.describe())
+    if not yes and not confirm_start(state, prepared):
+        click.echo("Not started: nothing was run or recorded.", err=True)
         return
     from ssilbench.cli.progress import quiet_observer, sweep_progress
     from ssilbench.loggers.base import make_loggers, parse_log_names
@@ -174,6 +187,33 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
         click.echo(line, err=True)
     if not report.ok:
         sys.exit(1)
+
+
+def interactive() -> bool:
+    """Whether someone at a terminal can answer a question (standard input and error are
+    terminals): not in CI, a batch job, a pipe or a test."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def confirm_start(state: State, prepared: PreparedRun) -> bool:
+    """Whether to start the sweep. In a terminal, a sweep estimated to take longer than
+    CONFIRM_OVER_S shows its estimate (steps x step times measured on this device, kept in
+    RESULTS/timings.json) and asks; the answer no starts nothing. Without a terminal nobody
+    can answer: the sweep starts, after a line with its estimate where the step times are
+    kept already (``ssilbench plan`` keeps them), so a batch job neither blocks nor spends
+    time measuring."""
+    from ssilbench.runner import launch
+
+    asking = interactive()
+    estimate = launch.estimate_run(prepared, state.plugins, measure=asking, log=state.log())
+    wall = estimate.wall_seconds if estimate is not None else None
+    if estimate is None or wall is None or wall <= launch.CONFIRM_OVER_S:
+        return True
+    if not asking:
+        click.echo(estimate.summary() + "; starting (no terminal to ask).", err=True)
+        return True
+    click.echo(estimate.render(), err=True)
+    return click.confirm(f"Start {len(estimate.pending)} run(s)?", default=False, err=True)
 
 
 def summary_lines(report: SweepSummary, results_dir: Path) -> list[str]:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from ssilbench.runner.spec import Sweep
 
 EXECUTORS = ("local", "ray", "slurm")
+THREAD_SETTINGS = ("auto", "torch")
+"""``--threads`` besides a count: ``auto`` chooses from the sweep's networks and the cores
+(``ssilbench.runner.launch.choose_threads``), ``torch`` leaves torch's own default."""
 
 
 MAX_SEED = 2**63 - 1
@@ -153,7 +156,9 @@ class RunOptions:
     A sweep comes from ``sweep_file`` (with ``quick`` and ``blocks``) or from ``methods``,
     ``envs`` and ``budgets`` (comma-separated, as the flags take them) with the settings
     after them. ``dry_run`` plans without claiming or training anything; ``save_timings``
-    keeps the step times a dry run measured (``ssilbench plan``).
+    keeps the step times a dry run measured (``ssilbench plan``). ``threads`` is a count of
+    torch threads per training process, ``"auto"`` (the default; None means it too) or
+    ``"torch"`` (see :data:`THREAD_SETTINGS`).
     """
 
     results: Path
@@ -175,7 +180,7 @@ class RunOptions:
     eval_every: int | None = None
     stop_early: bool = False
     no_rollouts: bool = False
-    threads: int | None = None
+    threads: int | str | None = "auto"
     stack: bool = True
     cache: bool = True
     checkpoint_every: int | None = None
@@ -247,7 +252,14 @@ class RunOptions:
         _whole(self.eval_every, "--eval-every", MAX_STEPS, "steps")
         _whole(self.checkpoint_every, "--checkpoint-every", MAX_STEPS, "steps")
         _whole(self.workers, "--workers", MAX_PROCESSES, "processes")
-        _whole(self.threads, "--threads", MAX_PROCESSES, "threads")
+        if self.threads is None:  # a library caller's "not given": the default
+            object.__setattr__(self, "threads", "auto")
+        if isinstance(self.threads, str):
+            if self.threads not in THREAD_SETTINGS:
+                raise UsageError(f"--threads takes a whole number, 'auto' or 'torch', not "
+                                 f"{self.threads!r}.")  # fmt: skip
+        else:
+            _whole(self.threads, "--threads", MAX_PROCESSES, "threads")
 
     def _check_sweep_file(self) -> None:
         """Read and check the sweep file, its --blocks and its [quick] section now, so that a
