@@ -257,7 +257,7 @@ def test_bad_inputs_exit_2_with_one_message_and_lose_nothing(cli, capsys):
         assert code == 2, (name, err)
         assert expected in err, (name, err)
         assert "Traceback" not in err, name
-        assert err.strip().startswith("error:") or "Error:" in err, name
+        assert "Error:" not in err and "error: " in err, name
         assert _recorded(cli) == before, name
     # The same through a real process: the exit status is what a shell sees.
     result = cli.run(*_with([*SWEEP, *TINY], BAD_INPUTS["unknown method"][0]))

@@ -1,7 +1,8 @@
 """The ``ssilbench`` group, the state its commands share, and :func:`main`.
 
 Every error a user can cause is an :class:`~ssilbench.errors.SsilbenchError`: it is printed as
-one message without a traceback (``--debug`` shows it) and the command exits with 2. Heavy
+one message without a traceback (``--debug`` shows it) and the command exits with 2. Every
+refusal, click's usage errors included, starts with ``error: `` (:data:`ERROR_PREFIX`). Heavy
 imports (torch, simulators) happen only inside the commands that train or evaluate, so
 ``ssilbench --help`` and ``ssilbench list`` stay fast.
 """
@@ -65,6 +66,22 @@ def cli(ctx: click.Context, plugin_flags: tuple[str, ...], debug: bool, quiet: b
     ctx.obj = State(plugin_flags, debug, quiet)
 
 
+ERROR_PREFIX = "error: "
+"""How every refused input starts its message on stderr, whoever found it: ssilbench
+(:class:`SsilbenchError`) or click (a malformed flag), so that scripts and readers see one
+style."""
+
+
+def show_click_error(exc: click.ClickException) -> None:
+    """Click's message for a malformed command line, in ssilbench's style: for a usage
+    error the usage line and where to find help, then ``error: MESSAGE``."""
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        hint = f"Try '{ctx.command_path} {ctx.help_option_names[0]}' for help."
+        click.echo(f"{ctx.get_usage()}\n{hint}\n", err=True)
+    click.echo(f"{ERROR_PREFIX}{exc.format_message()}", err=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); user errors exit with 2."""
     args = sys.argv[1:] if argv is None else argv
@@ -75,12 +92,12 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("Aborted.", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        show_click_error(exc)
         sys.exit(2)
     except SsilbenchError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"{ERROR_PREFIX}{exc}", err=True)
         sys.exit(exc.exit_code)
     if isinstance(code, int) and code:
         sys.exit(code)

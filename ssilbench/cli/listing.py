@@ -1,13 +1,27 @@
-"""``ssilbench list``: what the loaded plugins registered, and what failed to load."""
+"""``ssilbench list``: what the loaded plugins registered, what failed to load, and for each
+environment its tasks, the extra it needs and which of its datasets are here.
+
+Extras are checked from the installed distributions' metadata (no simulator is imported),
+datasets by opening them read-only without hashing their files (a run verifies them), so
+listing stays quick with gigabytes of data under the data root.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import click
 
 from ssilbench.cli.app import State
+from ssilbench.cli.options import data_root_option
+
+SHOWN_TASKS = 4  # a family with more tasks shows its count and the first few
 
 
 def registered(plugins: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -38,26 +52,232 @@ def registered(plugins: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return rows, broken
 
 
+# --- extras -----------------------------------------------------------------------------
+
+
+@dataclass
+class Extra:
+    """One optional extra of a distribution: its requirements that apply here, and which of
+    them are not installed."""
+
+    distribution: str
+    name: str
+    packages: list[str]
+    missing: list[str]
+
+    @property
+    def installed(self) -> bool:
+        return not self.missing
+
+    @property
+    def install(self) -> str:
+        return f"pip install '{self.distribution}[{self.name}]'"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"distribution": self.distribution, "extra": self.name,
+                "packages": self.packages, "missing": self.missing,
+                "installed": self.installed, "install": self.install}  # fmt: skip
+
+
+_EXTRA = re.compile(r"""extra\s*==\s*['"]([^'"]+)['"]""")
+_PYTHON = re.compile(r"""python_version\s*(<=|>=|<|>|==|!=)\s*['"]([0-9.]+)['"]""")
+
+
+def _applies(marker: str) -> bool:
+    """Whether a requirement's marker (less its extra) holds here. ``packaging`` evaluates
+    it where installed; else the python_version clauses the built-in extras use are read."""
+    try:
+        from packaging.markers import Marker
+
+        rest = _EXTRA.sub("extra == 'x'", marker)
+        return Marker(rest).evaluate({"extra": "x"})
+    except ImportError:
+        here = tuple(sys.version_info[:2])
+        for op, version in _PYTHON.findall(marker):
+            wanted = tuple(int(x) for x in version.split(".")[:2])
+            holds = {
+                "<": here < wanted,
+                "<=": here <= wanted,
+                ">": here > wanted,
+                ">=": here >= wanted,
+                "==": here == wanted,
+            }.get(op, here != wanted)
+            if not holds:
+                return False
+        return True
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def distribution_extras(distribution: str) -> list[Extra]:
+    """The extras of an installed distribution (dev left out: it is for working on the
+    distribution, not for using it), each with its requirements and the missing ones."""
+    try:
+        requires = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return []
+    extras: dict[str, Extra] = {}
+    for line in requires:
+        spec, _, marker = line.partition(";")
+        found = _EXTRA.search(marker)
+        if not found or found.group(1) == "dev":
+            continue
+        extra = extras.setdefault(found.group(1), Extra(distribution, found.group(1), [], []))
+        if not _applies(marker):
+            continue
+        name = re.split(r"[\s<>=!~\[(;]", spec.strip(), maxsplit=1)[0]
+        extra.packages.append(name)
+        if not _installed(name):
+            extra.missing.append(name)
+    for name in _declared_extras(distribution):
+        extras.setdefault(name, Extra(distribution, name, [], []))
+    return sorted(extras.values(), key=lambda e: e.name)
+
+
+def _declared_extras(distribution: str) -> list[str]:
+    """Extras declared without requirements (``uva = []``) appear only as Provides-Extra."""
+    try:
+        names = metadata.metadata(distribution).get_all("Provides-Extra") or []
+    except metadata.PackageNotFoundError:
+        return []
+    return [n for n in names if n != "dev"]
+
+
+def environment_extra(entry: Any, extras: dict[str, list[Extra]]) -> Extra | None:
+    """The extra an environment needs: its distribution's extra named like the plugin that
+    registers it (the ``procgen`` plugin's ``[procgen]``); None where there is none."""
+    dist = entry.origin.distribution
+    return next((e for e in extras.get(dist or "", []) if e.name == entry.origin.plugin), None)
+
+
+# --- tasks and datasets -------------------------------------------------------------------
+
+
+def environment_status(plugins: Any, name: str, data_root: Path) -> dict[str, Any]:
+    """An environment's tasks and, for each with its default options, whether its dataset
+    is under ``data_root``: ``present``, ``built on first use`` (a run builds it), or
+    ``absent`` with the plugin's message on what to do. Nothing is written or hashed."""
+    from ssilbench.data.datasets import DatasetNotBuilt, read_only, task_dataset, unverified
+    from ssilbench.errors import SsilbenchError
+
+    try:
+        environment = plugins.environments.create(name)
+        tasks = list(environment.tasks())
+        options = environment.Options()
+    except Exception as exc:  # noqa: BLE001 - a broken environment is listed, not fatal
+        return {"tasks": [], "error": f"{type(exc).__name__}: {exc}", "datasets": {}}
+    datasets: dict[str, dict[str, str]] = {}
+    for task_name in tasks:
+        try:
+            task = environment.load(task_name, options)
+            with read_only(), unverified():
+                task_dataset(task, data_root)
+            datasets[task_name] = {"status": "present"}
+        except DatasetNotBuilt:
+            datasets[task_name] = {"status": "built on first use"}
+        except SsilbenchError as exc:
+            datasets[task_name] = {"status": "absent", "message": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - a plugin bug shows, the listing goes on
+            datasets[task_name] = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+    return {"tasks": tasks, "datasets": datasets}
+
+
+def task_summary(tasks: list[str], shown: int = SHOWN_TASKS) -> str:
+    """'10x10, 20x20, 50x50', or '16: bigfish, bossfight, caveflyer, chaser, …'."""
+    if len(tasks) <= shown:
+        return ", ".join(tasks) or "-"
+    return f"{len(tasks)}: {', '.join(tasks[:shown])}, …"
+
+
+def dataset_summary(datasets: dict[str, dict[str, str]]) -> str:
+    """'3 of 16 present (bigfish, coinrun, ninja)', 'built on first use', ..."""
+    if not datasets:
+        return "-"
+    statuses = [d["status"] for d in datasets.values()]
+    if all(s == "built on first use" for s in statuses):
+        return "built on first use"
+    present = [t for t, d in datasets.items() if d["status"] == "present"]
+    text = f"{len(present)} of {len(datasets)} present"
+    if present and len(present) < len(datasets):
+        text += f" ({task_summary(present)})"
+    building = statuses.count("built on first use")
+    if building:
+        text += f", {building} built on first use"
+    return text
+
+
+# --- the command --------------------------------------------------------------------------
+
+
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@data_root_option
 @click.pass_obj
-def list_cmd(state: State, as_json: bool) -> None:
-    """List methods, environments and architectures, and plugins that failed to load."""
+def list_cmd(state: State, as_json: bool, data_root: str) -> None:
+    """List methods, environments (tasks, extra, datasets) and architectures, the extras
+    and whether they are installed, and plugins that failed to load."""
+    root = Path(data_root).expanduser()
     rows, broken = registered(state.plugins)
+    dists = sorted({r["distribution"] for r in rows if r["distribution"]})
+    extras = {d: distribution_extras(d) for d in dists}
+    environments = state.plugins.environments
+    for row in rows:
+        if row["kind"] != "environment":
+            continue
+        extra = environment_extra(environments.entries[row["name"]], extras)
+        row["extra"] = extra.as_dict() if extra is not None else None
+        row.update(environment_status(state.plugins, row["name"], root))
+    every_extra = [e.as_dict() for d in dists for e in extras[d]]
     if as_json:
-        click.echo(json.dumps({"entries": rows, "broken": broken}, indent=2))
+        click.echo(json.dumps({"entries": rows, "broken": broken, "extras": every_extra,
+                               "data_root": str(root)}, indent=2))  # fmt: skip
         return
+    _print_tables(rows, broken, every_extra, root)
+
+
+def _print_tables(rows: list[dict[str, Any]], broken: list[dict[str, Any]],
+                  extras: list[dict[str, Any]], root: Path) -> None:  # fmt: skip
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console()
     for kind in ("method", "environment", "architecture"):
         table = Table(title=f"{kind}s", title_justify="left")
-        for col in ("name", "plugin", "distribution", "description"):
-            table.add_column(col)
+        columns = ("name", "plugin", "distribution", "description")
+        if kind == "environment":
+            columns = ("name", "tasks", "extra", f"datasets under {root}", "plugin", "description")
+        for col in columns:
+            table.add_column(col, overflow="fold")
         for row in (r for r in rows if r["kind"] == kind):
             dist = f"{row['distribution']} {row['version']}" if row["distribution"] else "-"
-            table.add_row(row["name"], row["plugin"], dist, row["description"])
+            if kind != "environment":
+                table.add_row(row["name"], row["plugin"], dist, row["description"])
+                continue
+            extra = row.get("extra")
+            needs = "-"
+            if extra is not None:
+                needs = f"[{extra['extra']}] {'installed' if extra['installed'] else 'missing'}"
+            tasks = task_summary(row["tasks"]) if "error" not in row else f"error: {row['error']}"
+            cells = (row["name"], tasks, needs, dataset_summary(row["datasets"]), row["plugin"],
+                     row["description"])  # fmt: skip
+            table.add_row(*map(escape, cells))
+        console.print(table)
+    if extras:
+        table = Table(title="extras", title_justify="left")
+        for col in ("extra", "status", "packages", "install"):
+            table.add_column(col, overflow="fold")
+        for e in extras:
+            status = "installed" if e["installed"] else f"missing: {', '.join(e['missing'])}"
+            cells = (f"{e['distribution']}[{e['extra']}]", status,
+                     ", ".join(e["packages"]) or "-", e["install"])  # fmt: skip
+            table.add_row(*map(escape, cells))
         console.print(table)
     if broken:
         table = Table(title="broken plugins", title_justify="left", style="red")

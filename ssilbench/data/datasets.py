@@ -58,6 +58,20 @@ def read_only() -> Iterator[None]:
         _READ_ONLY.reset(token)
 
 
+_UNVERIFIED = contextvars.ContextVar("ssilbench_datasets_unverified", default=False)
+
+
+@contextmanager
+def unverified() -> Iterator[None]:
+    """Within the block opening a store checks its manifest, files and sizes but hashes no
+    file (``ssilbench list`` says what is there without reading gigabytes; a run verifies)."""
+    token = _UNVERIFIED.set(True)
+    try:
+        yield
+    finally:
+        _UNVERIFIED.reset(token)
+
+
 def refuse_writes(root: Path) -> None:
     if _READ_ONLY.get():
         raise DatasetNotBuilt(f"The dataset {root} does not exist yet: a run builds it.", root)
@@ -204,6 +218,7 @@ class TransitionStore:
     def open(cls, root: Path, verify: bool = True) -> TransitionStore:
         """Open a store; with ``verify`` every file's size and sha256 must match the manifest."""
         root = Path(root)
+        verify = verify and not _UNVERIFIED.get()
         manifest = read_manifest(root)
         extra_obs = manifest.get("extra_obs", {})
         keys = [*ARRAYS, *(f"obs.{name}" for name in extra_obs)]
