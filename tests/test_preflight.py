@@ -412,3 +412,20 @@ def test_a_sweep_file_lists_every_missing_piece_too(tmp_path, capsys):
     assert code == 2, err
     assert f"error: Sweep file {sweep}: The sweep cannot start" in err
     assert "procgen: 2 tasks (bigfish, coinrun)" in err and "Traceback" not in err
+
+
+def test_a_run_is_the_same_after_the_estimate(tmp_path, capsys, asking):
+    """Measuring step times for the estimate trains in this process; the runs after it give
+    the same numbers as runs started with --yes (no estimate)."""
+    from ssilbench.testing import run_records
+
+    def results(folder: str, *extra: str) -> list[tuple]:
+        common = ["--results", str(tmp_path / folder), "--data-root", str(tmp_path / "d")]
+        assert cli_exit_code("run", *SWEEP, "--seeds", "3", *extra, *common) == 0
+        return [(r["run_id"], r["metrics"], r["timeline"]) for r in run_records(tmp_path / folder)]
+
+    asking("y\n")
+    estimated = results("asked")
+    assert "Start 1 run(s)? [y/N]" in capsys.readouterr().err
+    assert (tmp_path / "asked" / "timings.json").is_file()  # it did measure
+    assert estimated == results("yes", "--yes")

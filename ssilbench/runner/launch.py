@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -311,10 +312,31 @@ def estimate_run(
         pending, probe = probe_steps(prepared.plan, prepared.results_dir, PROBE_STEPS,
                                      prepared.options.retry_failed)  # fmt: skip
         measure = probe <= PROBE_SHARE * pending
-    report, timings = preview_run(prepared, plugins, log, measure_missing=measure)
+    with _random_state_kept(prepared.device):
+        report, timings = preview_run(prepared, plugins, log, measure_missing=measure)
     if measure and timings.items:
         save_timings(timings, prepared.results_dir)
     return report if report.wall_seconds is not None else None
+
+
+@contextmanager
+def _random_state_kept(device: torch.device) -> Iterator[None]:
+    """Measuring step times trains methods for a few steps in this process; the global
+    random states (torch's, NumPy's, Python's) are put back afterwards, so that the runs
+    that follow in this process are the same with or without an estimate first."""
+    import random
+
+    import numpy as np
+    import torch
+
+    devices = [device.index or 0] if device.type == "cuda" else []
+    python, numpy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy)
 
 
 def save_timings(timings: Timings, results_dir: Path) -> None:
