@@ -60,6 +60,22 @@ class VMIDMConfig(MethodConfig):
         "(VM*_G-IDM rather than VM*_G-IDM_G).",
     )
     arch_options: UnifiedOptions
+    pairing: Literal["initial", "finetuned"] = Field(
+        "initial",
+        description="Unified architectures (UVA) only. initial (the paper's): the IDM, trained "
+        "on D_L from the shared initialisation (the one IDM labeling trains), is paired with "
+        "the initial video model (the pretraining on D_U); finetuned: one network trained in "
+        "video mode on D_U, then inverse mode on D_L, sampled as both.",
+    )
+
+
+def _paired_with_initial(cfg: VMIDMConfig, spec: EnvSpec) -> bool:
+    """Whether the run pairs a unified model's IDM with its initial video model."""
+    if cfg.pairing != "initial":
+        return False
+    from ssilbench.kit import architecture
+
+    return bool(architecture(cfg.arch or spec.default_arch).unified)
 
 
 def _learned(cfg: VMIDMConfig, has_video_model: bool) -> bool:
@@ -76,7 +92,8 @@ class VMIDM(common.BaselineMethod):
     Config = VMIDMConfig
 
     def stages(self, cfg: VMIDMConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
-        if not _learned(cfg, has_video_model):
+        if not _learned(cfg, has_video_model) or _paired_with_initial(cfg, spec):
+            # The paired video model is the shared initialisation: no stage of the run.
             return [Stage("idm", total_steps, policy=True, data="labeled")]
         vm_steps = round(total_steps * cfg.vm_fraction)
         # The learned video model reads D_U only: one per seed serves every label budget.
@@ -115,8 +132,12 @@ class VMIDM(common.BaselineMethod):
         return VMIDMPolicy(idm, video_model)
 
     def _fit_unified(self, ctx: RunContext):
-        """One network (e.g. UVA) as both: trained as a video model on D_U, then as an IDM
-        on D_L, and sampled as VM-IDM (its predicted future read by itself as an IDM)."""
+        """A unified model (e.g. UVA) as both. ``pairing=initial`` (the paper's): an IDM
+        trained on D_L from the shared initialisation, as IDM labeling trains it (the same
+        stage, so the stage cache serves one to the other), paired with the initial video
+        model, which no stage changes. ``finetuned``: one network trained as a video model
+        on D_U, then as an IDM on D_L, and sampled as VM-IDM (its predicted future read by
+        itself as an IDM)."""
         cfg: VMIDMConfig = ctx.config
         if not _learned(cfg, ctx.video_model is not None):
             raise ConfigError(
@@ -124,6 +145,11 @@ class VMIDM(common.BaselineMethod):
                 "video_model=learned (or auto) with it."
             )
         model = unified(ctx, cfg.arch, cfg.arch_options)
+        if cfg.pairing == "initial":
+            video = model.fresh()  # the initial video model, never trained here
+            policy = model.policy("vm_idm", video=video)
+            common.train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
+            return policy
         common.train_role(ctx, model, "video", ctx.unlabeled, "video_model")
         policy = model.policy("vm_idm")
         common.train_role(ctx, model, "idm", ctx.labeled, "idm", policy)

@@ -57,8 +57,36 @@ def cameras(spec: EnvSpec) -> list[str]:
 
 
 def vectors(spec: EnvSpec) -> list[str]:
-    """Proprioceptive streams: every 1-D extra (agent position, joint states)."""
-    return [k for k, (shape, _) in spec.extra_obs.items() if len(shape) == 1]
+    """Proprioceptive streams: every 1-D extra (agent position, joint states) but the
+    conditioning vector."""
+    cond = conditioning(spec)
+    return [k for k, (shape, _) in spec.extra_obs.items()
+            if len(shape) == 1 and (cond is None or k != cond[0])]  # fmt: skip
+
+
+def conditioning(spec: EnvSpec) -> tuple[str, int] | None:
+    """The extra a multitask task conditions on (``metadata["conditioning"]["key"]``: a
+    per-frame vector, e.g. LIBERO-10's instruction embedding) and its width, or None."""
+    declared = spec.metadata.get("conditioning")
+    if not isinstance(declared, dict) or declared.get("key") not in spec.extra_obs:
+        return None
+    key = str(declared["key"])
+    return key, int(spec.extra_obs[key][0][0])
+
+
+def with_condition(spec: EnvSpec, o: UVAOptions) -> UVAOptions:
+    """The options with the network's condition input sized for the task's conditioning
+    vector (an explicit ``condition_dim`` must agree with it)."""
+    cond = conditioning(spec)
+    if cond is None:
+        return o
+    given = getattr(o, "condition_dim", None)
+    if given is not None and given != cond[1]:
+        raise ConfigError(
+            f"uva: {spec.env_id} conditions on '{cond[0]}' vectors of {cond[1]} numbers, "
+            f"but arch_options sets condition_dim={given}; leave condition_dim unset."
+        )
+    return o.model_copy(update={"condition_dim": cond[1]})
 
 
 def _side_budget(ctx: RunContext, name: str, steps: int) -> StageBudget:
@@ -151,10 +179,11 @@ class Shared:
 
     def __init__(self, ctx: RunContext, options: UVAOptions) -> None:
         self.spec = ctx.spec
-        self.options = options
+        self.options = with_condition(ctx.spec, options)
         self.device = ctx.device
         self.cameras = cameras(ctx.spec)
         self.vectors = vectors(ctx.spec)
+        self.condition_key = (conditioning(ctx.spec) or (None, 0))[0]
         self.layout = layout_for(ctx.spec, options)  # first: it refuses impossible sizes
         self.vae = self._autoencoder(ctx)
         self.encoded = self._encode(ctx.unlabeled)
@@ -258,6 +287,11 @@ class Batches:
         device = shared.device
         self.history = torch.from_numpy(self.windows.history).to(device)
         self.future = torch.from_numpy(self.windows.future).to(device)
+        # A multitask task's conditioning vector of each window: its current frame's,
+        # read per minibatch (the store keeps one row per task, not one per frame).
+        key = shared.condition_key
+        self._condition_rows = view.extras[key] if key is not None else None
+        self._current = self.windows.history[:, -1]
         self.targets = self.known = None
         if labels is not None:
             self.targets = torch.as_tensor(labels, dtype=torch.float32, device=device)
@@ -269,6 +303,16 @@ class Batches:
 
     def __len__(self) -> int:
         return len(self.windows)
+
+    def condition(self, rows) -> torch.Tensor | None:
+        """The conditioning vectors (B, C) of the windows ``rows`` (None: unconditioned)."""
+        if self._condition_rows is None:
+            return None
+        if isinstance(rows, torch.Tensor):
+            rows = rows.cpu().numpy()
+        frames = self._current[rows]
+        values = np.asarray(self._condition_rows[frames], dtype=np.float32)
+        return torch.from_numpy(values).to(self.shared.device)
 
     def inputs(self, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """History tokens (B, Th, C), future tokens (B, Tf, C), proprio (B, H, D)."""
@@ -293,7 +337,8 @@ def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.G
     if actions is None and bool(masks.actions_visible.any()):
         raise ValueError(f"UVA mode {mode!r} reads actions: it needs a labeled view or labels")
     known = batches.known[rows] > 0 if actions is not None else None
-    out_future, out_actions = net(hist, fut, proprio, actions, masks, known)
+    out_future, out_actions = net(hist, fut, proprio, actions, masks, known,
+                                  condition=batches.condition(rows))  # fmt: skip
     loss = hist.new_zeros(())
     if masks.video_loss:
         sel = masks.video_target
@@ -376,13 +421,16 @@ class UVARoleModel(RoleModel):
             rows = slice(start, start + _ENCODE_BATCH)
             hist, fut, proprio = batches.inputs(rows)
             masks = mode_masks("inverse", hist.shape[0], fut.shape[1], device=hist.device)
-            _, out_actions = net(hist, fut, proprio, None, masks)
+            _, out_actions = net(hist, fut, proprio, None, masks,
+                                 condition=batches.condition(rows))  # fmt: skip
             sampled = net.action_head.sample(out_actions.flatten(0, 1), generator)
             out.append(sampled.view(hist.shape[0], -1, sampled.shape[-1]).cpu())
         return torch.cat(out).numpy()
 
-    def policy(self, path: SamplingPath) -> UVAPolicy:
-        return UVAPolicy(self, path)
+    def policy(self, path: SamplingPath, video: UVARoleModel | None = None) -> UVAPolicy:
+        if video is not None and path != "vm_idm":
+            raise ValueError("a video model is paired with an IDM on the vm_idm path only")
+        return UVAPolicy(self, path, video)
 
     def fresh(self) -> UVARoleModel:
         return UVARoleModel(self.shared, self.init_state)
@@ -391,9 +439,12 @@ class UVARoleModel(RoleModel):
 class UVAPolicy(Policy):
     """Samples an action chunk per call: in policy mode, or as a video model then an IDM."""
 
-    def __init__(self, model: UVARoleModel, path: SamplingPath) -> None:
+    def __init__(self, model: UVARoleModel, path: SamplingPath,
+                 video: UVARoleModel | None = None) -> None:  # fmt: skip
         self.model = model
         self.path = path
+        self.video = video
+        """The model that predicts the future on the vm_idm path (None: ``model`` itself)."""
 
     def probs(self, obs: torch.Tensor) -> torch.Tensor:
         raise TypeError("UVA predicts continuous actions: it has no action probabilities")
@@ -401,7 +452,8 @@ class UVAPolicy(Policy):
     def snapshot(self) -> UVAPolicy:
         # The network only: the encoded frames and the autoencoder are read-only and shared.
         net = copy.deepcopy(self.model.net)
-        return UVAPolicy(UVARoleModel(self.model.shared, None, net=net), self.path)
+        # A paired video model is never trained: it is shared, not copied.
+        return UVAPolicy(UVARoleModel(self.model.shared, None, net=net), self.path, self.video)
 
     def _tokens(self, obs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Environment observations (frame-stacked) -> history tokens and proprio."""
@@ -431,22 +483,34 @@ class UVAPolicy(Policy):
             proprio = (raw - enc.proprio_mean) / enc.proprio_std
         return tokens, proprio
 
+    def _condition(self, obs) -> torch.Tensor | None:
+        """The conditioning vector (B, C) of each observation: its newest frame's."""
+        key = self.model.shared.condition_key
+        if key is None:
+            return None
+        if not isinstance(obs, dict) or key not in obs:
+            raise ValueError(f"this UVA model is conditioned on '{key}': observe it")
+        value = obs[key].float()
+        return value[:, -1] if value.dim() == 3 else value
+
     @torch.no_grad()
     def act(self, obs, greedy: bool = False, generator: torch.Generator | None = None):
         net = self.model.net.eval()
         lay = self.model.shared.layout
         hist, proprio = self._tokens(obs)
+        condition = self._condition(obs)
         b = hist.shape[0]
         hidden = mode_masks("policy", b, lay.future_tokens, device=hist.device)
         future = None
         if self.path == "vm_idm":
-            out_future, _ = net(hist, None, proprio, None, hidden)
-            future = net.diffloss.sample(out_future.flatten(0, 1), generator)
+            vm = self.video.net.eval() if self.video is not None else net
+            out_future, _ = vm(hist, None, proprio, None, hidden, condition=condition)
+            future = vm.diffloss.sample(out_future.flatten(0, 1), generator)
             future = future.view(b, lay.future_tokens, -1)
             masks: Masks = mode_masks("inverse", b, lay.future_tokens, device=hist.device)
         else:
             masks = hidden
-        _, out_actions = net(hist, future, proprio, None, masks)
+        _, out_actions = net(hist, future, proprio, None, masks, condition=condition)
         actions = net.action_head.sample(out_actions.flatten(0, 1), generator)
         return self.model.shared.denormalise_actions(actions.view(b, lay.chunk, -1))
 
@@ -460,6 +524,7 @@ class UVA(UnifiedArchitecture):
     def check(self, spec: EnvSpec, options: UVAOptions) -> None:
         # Shapes only (the meta device): no memory, no weights, even at the paper's size.
         layout = layout_for(spec, options)
+        options = with_condition(spec, options)
         with torch.device("meta"):
             vae, net = autoencoder(options), network(layout, options)
         if options.vae_checkpoint:

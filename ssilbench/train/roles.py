@@ -59,9 +59,11 @@ class RoleModel(ABC):
         """Action labels for every transition of ``view``, from the model as an IDM."""
 
     @abstractmethod
-    def policy(self, path: SamplingPath) -> Policy:
+    def policy(self, path: SamplingPath, video: RoleModel | None = None) -> Policy:
         """The model as a policy: sampled as one (``policy``), or as a video model whose
-        predicted future the model then reads as an IDM (``vm_idm``)."""
+        predicted future the model then reads as an IDM (``vm_idm``). With ``video``
+        (``vm_idm`` only), that other model predicts the future and this one is the IDM:
+        the paper's pairing of an IDM with the initial video model."""
 
     @abstractmethod
     def fresh(self) -> RoleModel:
