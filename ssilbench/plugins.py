@@ -10,6 +10,7 @@ plugins keep working.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import io
 import os
@@ -70,8 +71,8 @@ class Plugins:
         return {**self.registries(), "loggers": self.loggers}
 
     def versions(self) -> dict[str, str]:
-        """Plugin name -> distribution version (for run provenance)."""
-        return {o.plugin: o.version or "unversioned" for o in self.loaded}
+        """Plugin name -> distribution version and results revision (for run provenance)."""
+        return {o.plugin: o.release for o in self.loaded}
 
 
 def parse_plugin_flags(flags: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -133,6 +134,7 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
             plugins.broken.append(BrokenPlugin(origin, f"{type(exc).__name__}: {exc}"))
             continue
         try:
+            origin = _with_revision(origin, module)
             _register(pm, module, origin, plugins)
         except PluginError:
             raise
@@ -172,6 +174,16 @@ def _origin(name: str, source: EntryPoint | str) -> Origin:
     if not isinstance(source, str) and source.dist is not None:
         return Origin(name, source.dist.metadata["Name"], source.dist.version)
     return Origin(name)
+
+
+def _with_revision(origin: Origin, module: ModuleType) -> Origin:
+    """``origin`` with the module's ``RESULTS_REVISION`` (a positive int), if it has one."""
+    revision = getattr(module, "RESULTS_REVISION", None)
+    if revision is None:
+        return origin
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+        raise ValueError(f"RESULTS_REVISION must be a positive int, not {revision!r}")
+    return dataclasses.replace(origin, revision=revision)
 
 
 def _register(

@@ -33,10 +33,20 @@ class Origin:
     plugin: str
     distribution: str | None = None
     version: str | None = None
+    revision: int | None = None
+    """The plugin module's ``RESULTS_REVISION``: bumped by a plugin whose results change
+    within one release of its distribution (the built-in plugins share one distribution)."""
+
+    @property
+    def release(self) -> str:
+        """``version``, with ``results rN`` appended when the plugin declares a revision: the
+        plugin's part of a run's identity."""
+        version = self.version or "unversioned"
+        return version if self.revision is None else f"{version} results r{self.revision}"
 
     def describe(self) -> str:
         if self.distribution:
-            return f"plugin '{self.plugin}' (distribution {self.distribution} {self.version})"
+            return f"plugin '{self.plugin}' (distribution {self.distribution} {self.release})"
         return f"plugin '{self.plugin}'"
 
 

@@ -118,6 +118,30 @@ def test_p_module_plugin_is_loaded_under_its_module_name(plugin_module):
     assert set(BUILTIN_METHODS) <= set(plugins.methods.names())
 
 
+def test_a_plugin_declares_its_results_revision(plugin_module):
+    plain = plugin_module("ssb_test_unrevised", METHOD_PLUGIN)
+    source = METHOD_PLUGIN.replace("my_method", "revised") + "\nRESULTS_REVISION = 3\n"
+    revised = plugin_module("ssb_test_revised", source)
+    plugins = load_plugins([plain, revised])
+    assert plugins.broken == []
+    assert plugins.methods.entry("my_method").origin.release == "unversioned"
+    origin = plugins.methods.entry("revised").origin
+    assert origin.revision == 3 and origin.release == "unversioned results r3"
+    assert plugins.versions()[revised] == "unversioned results r3"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "'2'", "True", "1.5"])
+def test_a_results_revision_that_is_not_a_positive_int_breaks_the_plugin(plugin_module, value):
+    name = plugin_module(
+        f"ssb_test_bad_revision_{abs(hash(value))}",
+        METHOD_PLUGIN + f"\nRESULTS_REVISION = {value}\n",
+    )
+    plugins = load_plugins([name])
+    [broken] = plugins.broken
+    assert broken.origin.plugin == name and "RESULTS_REVISION" in broken.error
+    assert "my_method" not in plugins.methods
+
+
 @pytest.mark.parametrize(
     "module, listed",
     [("ssb_test_env_var_plugin", "{name},"), ("ssb_test_env_var_spaces", "maze, {name}")],

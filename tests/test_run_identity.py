@@ -4,6 +4,8 @@ runs of different protocols."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -97,6 +99,15 @@ def test_eval_protocol_data_and_plugin_version_each_make_a_new_run(plugins, tmp_
     monkeypatch.undo()
     assert other_version.plugins["maze"] == "ssilbench-maze 9.9"
     assert other_version.run_id != base.run_id
+
+    # The same release, with a results revision (a built-in plugin whose results changed).
+    monkeypatch.setitem(plugins.environments.entries, "maze", type(entry)(
+        entry.name, entry.target, entry.description,
+        dataclasses.replace(entry.origin, revision=2)))  # fmt: skip
+    [revised] = build_plan(plugins, tiny(), tmp_path).runs
+    monkeypatch.undo()
+    assert revised.plugins["maze"] == base.plugins["maze"] + " results r2"
+    assert revised.run_id != base.run_id and revised.design_id != base.design_id
 
     # The dataset is generated again by another generator version.
     dataset = build_plan(plugins, tiny(), tmp_path).tasks[SweepPlan.task_key(base)].dataset

@@ -42,12 +42,13 @@ def dataset_fingerprint(store: TransitionStore) -> str:
 def plugin_versions(registries: list[tuple[Registry[Any], str]]) -> dict[str, str]:
     """Plugin name -> "distribution version" of the plugins that provide the given
     registry entries (a plugin loaded from a module path outside any distribution:
-    "unversioned")."""
+    "unversioned"), followed by "results rN" where the plugin declares ``RESULTS_REVISION``
+    (a plugin without one keeps the identity it always had)."""
     out: dict[str, str] = {}
     for registry, name in registries:
         origin = registry.entries[name].origin
         if origin.distribution:
-            out[origin.plugin] = f"{origin.distribution} {origin.version or 'unversioned'}"
+            out[origin.plugin] = f"{origin.distribution} {origin.release}"
         else:
-            out[origin.plugin] = "unversioned"
+            out[origin.plugin] = origin.release
     return out
