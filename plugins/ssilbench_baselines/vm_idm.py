@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from ssilbench.api import (
     Architecture,
@@ -67,6 +67,16 @@ class VMIDMConfig(MethodConfig):
         "the initial video model (the pretraining on D_U); finetuned: one network trained in "
         "video mode on D_U, then inverse mode on D_L, sampled as both.",
     )
+
+    @model_serializer(mode="wrap")
+    def _without_default_pairing(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # pairing came after runs were recorded and changes nothing but unified models'
+        # runs (whose plugin declares a new results revision): left out at its default, the
+        # other runs keep their run ids.
+        data = handler(self)
+        if data.get("pairing") == "initial":
+            del data["pairing"]
+        return data
 
 
 def _paired_with_initial(cfg: VMIDMConfig, spec: EnvSpec) -> bool:

@@ -121,3 +121,15 @@ def test_the_paper_architectures_start_from_xavier_weights_and_zero_biases():
         )
         > 0
     )
+
+
+def test_vm_idm_pairing_at_its_default_leaves_the_config_and_run_ids_as_they_were():
+    from ssilbench_baselines.vm_idm import VMIDMConfig
+
+    default = VMIDMConfig().model_dump(mode="json")
+    assert "pairing" not in default  # runs recorded before the field existed keep their ids
+    assert VMIDMConfig(pairing="initial").model_dump(mode="json") == default
+    finetuned = VMIDMConfig(pairing="finetuned").model_dump(mode="json")
+    assert finetuned == {**default, "pairing": "finetuned"}
+    assert VMIDMConfig.model_validate(default).pairing == "initial"
+    assert VMIDMConfig.model_validate(finetuned).pairing == "finetuned"
