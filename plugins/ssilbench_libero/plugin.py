@@ -2,6 +2,9 @@
 
 from ssilbench.api import registers
 
+# 1: libero10:all is one multitask task; evaluation follows the paper's 100 rollouts.
+RESULTS_REVISION = 1
+
 ssilbench_register_environments = registers(
     (
         "libero10",

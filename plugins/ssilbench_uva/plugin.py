@@ -2,6 +2,10 @@
 
 from ssilbench.api import hookimpl
 
+# 1: the reference code's defaults (fused tokens, pooled action head, shared masks, AdamW,
+# cosine, EMA, dropout) and VM-IDM paired with the initial video model.
+RESULTS_REVISION = 1
+
 
 @hookimpl
 def ssilbench_register_methods(registry):

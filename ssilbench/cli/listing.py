@@ -36,7 +36,7 @@ def registered(plugins: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                     "name": name,
                     "plugin": entry.origin.plugin,
                     "distribution": entry.origin.distribution,
-                    "version": entry.origin.version,
+                    "version": entry.origin.release,
                     "description": entry.description,
                 }
             )
@@ -44,7 +44,7 @@ def registered(plugins: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
         {
             "plugin": b.origin.plugin,
             "distribution": b.origin.distribution,
-            "version": b.origin.version,
+            "version": b.origin.release,
             "error": b.error,
         }
         for b in plugins.broken
