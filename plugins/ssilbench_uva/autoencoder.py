@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssilbench.api import ConfigError
+from ssilbench_uva.checkpoints import read_state
 
 
 def _norm(channels: int) -> nn.GroupNorm:
@@ -204,23 +205,8 @@ def matching_tensors(module: nn.Module, path: Path, what: str) -> tuple[dict, in
     The file is read with ``weights_only`` (no code runs). Common wrappers (``state_dict``,
     ``model``, ``model_ema``) and prefixes (``module.``, ``model.``) are unwrapped. A file
     that is missing or unreadable, or of which no tensor matches, is refused."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"{what} checkpoint {path} does not exist; give the path of a local "
-                          "file (nothing is downloaded).")  # fmt: skip
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickles with code, truncated files, non-torch files
-        raise ConfigError(f"{what} checkpoint {path} cannot be read as torch tensors "
-                          f"({type(exc).__name__}: {exc}).") from None  # fmt: skip
-    for key in ("model_ema", "state_dict", "model"):
-        if isinstance(blob, dict) and isinstance(blob.get(key), dict):
-            blob = blob[key]
-            break
-    if not isinstance(blob, dict):
-        raise ConfigError(f"{what} checkpoint {path} holds no state dict.")
+    tensors = read_state(path, what)
     own = module.state_dict()
-    tensors = {k: t for k, t in blob.items() if isinstance(t, torch.Tensor)}
     matched = {}
     for name, tensor in tensors.items():
         for candidate in (name, name.removeprefix("module."), name.removeprefix("model.")):
