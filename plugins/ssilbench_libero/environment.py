@@ -93,11 +93,11 @@ class Libero10Options(ChunkedControlOptions):
         description="Width of the text encoder's embeddings (CLIP ViT-B: 512).",
     )  # fmt: skip
     max_simulators: int = Field(
-        8,
+        5,
         ge=1,
         le=1000,
         description="Simulators alive at once during an evaluation: episodes are played in "
-        "waves of at most this many (a simulator holds up to ~0.7 GB).",
+        "waves of at most this many (measured: 5 of the largest scene take 7.4 GB).",
     )
     dataset: str = Field(
         "demos",

@@ -8,7 +8,7 @@ gymnasium VectorEnv over a contiguous range of these episodes, one simulator per
 ``language`` observation (each episode's task's conditioning vector) where a multitask model
 reads one.
 
-A simulator holds up to ~0.7 GB (llvmpipe keeps textures in RAM), so the official protocol's
+A simulator holds up to ~1.3 GB (llvmpipe keeps textures in RAM), so the official protocol's
 200 episodes of the ten tasks cannot all be alive at once. :meth:`EpisodeEnv.waves` yields
 vector envs of at most ``max_alive`` consecutive episodes, each closed before the next is
 built; the core's evaluator plays them one after the other and joins their scores.
