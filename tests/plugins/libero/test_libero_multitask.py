@@ -13,7 +13,7 @@ import pytest
 
 from ssilbench.api import ConfigError, DatasetError, UsageError
 from ssilbench.testing import split
-from ssilbench_libero.environment import Libero10Environment, Libero10Options, dataset_dir
+from ssilbench_libero.environment import Libero10Environment, Libero10Options
 from ssilbench_libero.episodes import EpisodeEnv
 from ssilbench_libero.language import one_hot, task_embeddings
 from ssilbench_libero.multitask import ConcatRows, task_of_frames
