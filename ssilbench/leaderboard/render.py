@@ -12,7 +12,7 @@ from pathlib import Path
 from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
+from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
 
 FORMATS = ("md", "csv", "json", "tex", "html")
 
@@ -101,6 +101,8 @@ def to_markdown(table: Table) -> str:
                    _fmt_auc(auc, auc is not None and auc == top)]  # fmt: skip
             parts.append("| " + " | ".join(row) + " |")
         parts.append("\n" + _footnote(t) + "\n")
+        if (g := table.group_table(t.env)) is not None:
+            parts.append(_groups_markdown(g, t))
     for s in table.suites:
         parts.append(_suite_markdown(s))
     for c in table.comparisons:
@@ -115,6 +117,30 @@ def to_markdown(table: Table) -> str:
             "bootstrap interval.\n"
         )
     return "\n".join(parts)
+
+
+def group_rows(g: GroupTable, t: EnvTable) -> list[tuple[str, str, list[Cell | None]]]:
+    """The rows of a group table: (method, budget, [the environment's cell, then each
+    group's]) per budget and method that has the environment's cell."""
+    return [(m, b, [t.cell(m, b), *(g.cell(m, b, x) for x in g.groups)])
+            for b in g.budgets for m in g.methods if t.cell(m, b) is not None]  # fmt: skip
+
+
+def _groups_markdown(g: GroupTable, t: EnvTable) -> str:
+    header = ["method", "N_L", "mean", *(md_escape(x) for x in g.groups)]
+    lines = [f"### {md_escape(g.env)} — {md_escape(g.metric)} per task\n",
+             "| " + " | ".join(header) + " |",
+             "|" + "|".join(["---", "---"] + ["---:"] * (len(g.groups) + 1)) + "|"]  # fmt: skip
+    for method, budget, cells in group_rows(g, t):
+        unit = " demos" if t.unit == "demonstrations" else ""
+        row = [md_escape(method), f"{budget}{unit}", *(_fmt_cell(c) for c in cells)]
+        lines.append("| " + " | ".join(row) + " |")
+    lines.append(
+        f"\nPer task: each run's {md_escape(g.metric)}/<task>, as mean over seeds "
+        f"[{SEED_INTERVAL}] (n = seeds); mean: the table above. Best mean per N_L and task "
+        "in bold.\n"
+    )
+    return "\n".join(lines)
 
 
 def _suite_markdown(s: SuiteTable) -> str:
@@ -161,6 +187,22 @@ def to_csv(table: Table) -> str:
                      cell.n, " ".join(map(str, cell.seeds)), int(cell.best),
                      "" if auc is None else f"{auc:.6g}", norm]
                 )  # fmt: skip
+    for g in table.groups:
+        t = table.env_table(g.env)
+        norm = "; ".join(n["name"] for n in t.normalisers) if t else ""
+        for method in g.methods:
+            for budget in g.budgets:
+                for group in g.groups:
+                    cell = g.cell(method, budget, group)
+                    if cell is None:
+                        continue
+                    low, high = cell.low, cell.high
+                    writer.writerow(
+                        ["group", g.env, method, budget, f"{g.metric}/{group}", "mean",
+                         f"{cell.mean:.6g}", "" if low is None else f"{low:.6g}",
+                         "" if high is None else f"{high:.6g}", cell.n,
+                         " ".join(map(str, cell.seeds)), int(cell.best), "", norm]
+                    )  # fmt: skip
     for c in table.comparisons:
         for budget, iv in c.improvement.items():
             writer.writerow(
@@ -245,6 +287,8 @@ def to_tex(table: Table) -> str:
                    "column in bold. AUC: mean score over the budgets on a log $N_L$ "
                    "scale.")  # fmt: skip
         parts.append(_tex_table(caption, header, rows))
+        if (g := table.group_table(t.env)) is not None:
+            parts.append(_groups_tex(g, t))
     for s in table.suites:
         header = ["Method", *(f"$N_L={tex_escape(b)}$" for b in s.budgets), "AUC"]
         top = _best(s.efficiency)
@@ -272,6 +316,24 @@ def to_tex(table: Table) -> str:
                    "over the budgets on a log $N_L$ scale.")  # fmt: skip
         parts.append(_tex_table(caption, header, rows))
     return "\n\n".join(parts) + "\n"
+
+
+def _groups_tex(g: GroupTable, t: EnvTable) -> str:
+    header = ["Method", "$N_L$", "Mean", *(tex_escape(x) for x in g.groups)]
+    rows = []
+    for method, budget, cells in group_rows(g, t):
+        row = [tex_escape(method), tex_escape(budget)]
+        for c in cells:
+            if c is None:
+                row.append("--")
+                continue
+            text = rf"\textbf{{{c.mean:.3f}}}" if c.best else f"{c.mean:.3f}"
+            row.append(text + interval_text(c.low, c.high))
+        rows.append(row)
+    caption = (f"{tex_escape(g.env)}: {tex_escape(g.metric)} per task, mean over seeds "
+               f"[{tex_escape(SEED_INTERVAL)}]; best mean per $N_L$ and task in "
+               "bold.")  # fmt: skip
+    return _tex_table(caption, header, rows)
 
 
 def render(table: Table, fmt: str) -> str:

@@ -10,6 +10,11 @@ Environments of one family run with the same options form a **suite** (``maze:al
 ``procgen:all (distribution=easy)``): per method and budget, the interquartile mean (IQM)
 and the optimality gap over every run of every task, with stratified-bootstrap 95%
 intervals (``ssilbench.leaderboard.aggregate``).
+
+An environment whose runs also record the metric per named group of their evaluation's
+episodes (a multitask run's tasks: ``success_rate/<task>`` beside ``success_rate``, see
+``ssilbench.eval.rollout``) gets a **group table** too: per method and budget, each group's
+cell with the same statistics as the environment's cell.
 """
 
 from __future__ import annotations
@@ -90,17 +95,46 @@ class Comparison:
 
 
 @dataclass
+class GroupTable:
+    """An environment's metric per group of its evaluation's episodes (the tasks of a
+    multitask run), from the runs' ``<metric>/<group>`` companions; the mean over the
+    groups is the environment's own cell (:meth:`Table.env_table`)."""
+
+    env: str
+    metric: str
+    groups: list[str]  # sorted by name
+    budgets: list[str]
+    methods: list[str]
+    cells: dict[str, dict[str, dict[str, Cell]]] = field(default_factory=dict)
+    # method -> budget -> group -> cell; the best mean per budget and group is marked
+
+    def cell(self, method: str, budget: str, group: str) -> Cell | None:
+        return self.cells.get(method, {}).get(budget, {}).get(group)
+
+
+@dataclass
 class Table:
     tables: list[EnvTable]
     suites: list[SuiteTable] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    groups: list[GroupTable] = field(default_factory=list)  # per-group breakdowns, by env
+
+    def env_table(self, env: str) -> EnvTable | None:
+        return next((t for t in self.tables if t.env == env), None)
+
+    def group_table(self, env: str) -> GroupTable | None:
+        return next((g for g in self.groups if g.env == env), None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "tables": [asdict(t) for t in self.tables],
             "suites": [asdict(s) for s in self.suites],
             "comparisons": [asdict(c) for c in self.comparisons],
         }
+        # Only where some run has groups: a store without them exports as it always did.
+        if self.groups:
+            out["groups"] = [asdict(g) for g in self.groups]
+        return out
 
 
 def provenance(record: RunRecord) -> str:
@@ -204,11 +238,16 @@ def build_table(
     meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
+    by_group: dict[tuple[str, str, str], dict[str, list[tuple[int, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )  # (env, method, budget) -> group -> (seed, value) of each run
     for record in records:
         value = record.value(metric)
         if value is None:
             continue
         env, method, budget = _cell_of(record)
+        for group, v in _groups_of(record, metric).items():
+            by_group[(env, method, budget)][group].append((record.seed, v))
         values[env][method][budget].append(float(value))
         seeds[(env, method, budget)].append(record.seed)
         origins[(env, method, budget)].add(provenance(record))
@@ -257,7 +296,47 @@ def build_table(
                 c.best = abs(c.mean - top) <= 1e-12
         tables.append(table)
     suites = _suites(tables, values, metric)
-    return Table(tables, suites, _compare(tables, values, compare) if compare else [])
+    comparisons = _compare(tables, values, compare) if compare else []
+    return Table(tables, suites, comparisons, _group_tables(tables, by_group, origins))
+
+
+def _groups_of(record: RunRecord, metric: str) -> dict[str, float]:
+    """The run's ``<metric>/<group>`` values by group name."""
+    prefix = f"{metric}/"
+    return {k[len(prefix):]: float(v) for k, v in (record.metrics or {}).items()
+            if k.startswith(prefix) and len(k) > len(prefix) and v is not None}  # fmt: skip
+
+
+def _group_tables(tables: list[EnvTable], by_group, origins) -> list[GroupTable]:
+    """Per environment with groups, each group's cell per method and budget: the mean over
+    the seeds that recorded it, its seed interval and seed count, like the main cells."""
+    out = []
+    for t in tables:
+        keys = [(t.env, m, b) for m in t.methods for b in t.budgets if (t.env, m, b) in by_group]
+        if not keys:
+            continue
+        groups = sorted({g for k in keys for g in by_group[k]})
+        table = GroupTable(t.env, t.metric, groups, t.budgets, t.methods)
+        for key in keys:
+            _, method, budget = key
+            for group, runs in by_group[key].items():
+                runs.sort()  # seed order, so no interval depends on the store's order
+                samples = [v for _, v in runs]
+                mean, low, high = seed_interval(samples)
+                table.cells.setdefault(method, {}).setdefault(budget, {})[group] = Cell(
+                    mean, low, high, len(samples), provenance=sorted(origins[key]),
+                    seeds=[s for s, _ in runs], values=samples,
+                )  # fmt: skip
+        for budget in t.budgets:
+            for group in groups:
+                column = [c for m in t.methods if (c := table.cell(m, budget, group))]
+                if not column:
+                    continue
+                top = max(c.mean for c in column)
+                for c in column:
+                    c.best = abs(c.mean - top) <= 1e-12
+        out.append(table)
+    return out
 
 
 def _compare(tables: list[EnvTable], values, pair: tuple[str, str]) -> list[Comparison]:
