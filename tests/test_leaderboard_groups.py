@@ -132,12 +132,26 @@ def test_latex_has_a_table_per_environment_with_groups():
     assert r"Method & $N_L$ & Mean & bowl-drawer & soup-sauce \\" in tex
 
 
+def test_the_page_has_a_sortable_table_per_environment_with_groups():
+    page = render(build_table(multitask_runs() + plain_runs(), metric="success_rate"), "html")
+    assert page.count(" per task</h3>") == 1
+    section = page[page.index("<h3>libero10:all — success_rate per task</h3>") :]
+    section = section[: section.index("</table>")]
+    head = "<th>method</th><th>N_L</th><th>mean</th><th>bowl-drawer</th><th>soup-sauce</th>"
+    assert head in section
+    assert section.count("<tr>") == 1 + 3  # the header and a row per method and budget
+    assert '<td class="best" data-value="0.6" title="bc, N_L=2, soup-sauce: seeds 0, 1, 2: ' in (
+        section
+    )
+    assert "0.600 [0.400, 0.900] <span class=note>(n=3)</span>" in section
+
+
 def strip_groups(records: list[RunRecord]) -> list[RunRecord]:
     return [replace(r, metrics={k: v for k, v in r.metrics.items() if "/" not in k})
             for r in records]  # fmt: skip
 
 
-@pytest.mark.parametrize("fmt", ["md", "csv", "json", "tex"])
+@pytest.mark.parametrize("fmt", ["md", "csv", "json", "tex", "html"])
 def test_a_store_without_groups_renders_as_without_the_breakdown(fmt):
     plain = build_table(plain_runs())
     assert plain.groups == [] and "groups" not in plain.to_dict()

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from html import escape
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.render import interval_text
+from ssilbench.leaderboard.render import group_rows, interval_text
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, SuiteTable, Table
+from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
            "#e377c2", "#7f7f7f", "#bcbd22")  # fmt: skip
@@ -83,6 +83,35 @@ def _cell_text(c: Cell) -> str:
     return f"{c.mean:.3f}{interval_text(c.low, c.high)}"
 
 
+def _cell_td(c: Cell | None, where: str) -> str:
+    """A cell as a <td>: its mean, interval and n, its seeds and provenance as tooltip."""
+    if c is None:
+        return '<td data-value="NaN">–</td>'
+    title = f"{where}: {_seed_list(c)}; " + "; ".join(c.provenance)
+    cls = ' class="best"' if c.best else ""
+    text = f"{escape(_cell_text(c))} <span class=note>(n={c.n})</span>"
+    return f'<td{cls} data-value="{_num(c.mean)}" title="{escape(title)}">{text}</td>'
+
+
+def _group_section(g: GroupTable, t: EnvTable) -> str:
+    """The per-task table of an environment whose runs record ``<metric>/<task>``."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["method", "N_L", "mean", *g.groups])
+    rows = []
+    for method, budget, cells in group_rows(g, t):
+        tds = [f'<td data-value="{escape(method)}">{escape(method)}</td>',
+               f'<td data-value="{escape(budget)}">{escape(budget)}</td>']  # fmt: skip
+        for name, c in zip(["mean", *g.groups], cells, strict=True):
+            tds.append(_cell_td(c, f"{method}, N_L={budget}, {name}"))
+        rows.append("<tr>" + "".join(tds) + "</tr>")
+    return (
+        f"<h3>{escape(g.env)} — {escape(g.metric)} per task</h3>"
+        f'<table class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table><p class=note>Per task: each run's "
+        f"{escape(g.metric)}/&lt;task&gt;, as mean over seeds [{escape(SEED_INTERVAL)}] "
+        "(n = seeds); mean: the table above. Best mean per N_L and task in bold.</p>"
+    )
+
+
 def _env_table(t: EnvTable) -> str:
     head = "".join(
         f"<th>{escape(h)}</th>" for h in ["method", *(f"N_L={b}" for b in t.budgets), "AUC"]
@@ -96,11 +125,7 @@ def _env_table(t: EnvTable) -> str:
             if c is None:
                 cells.append('<td data-value="NaN">–</td>')
                 continue
-            title = f"{method}, N_L={b}: {_seed_list(c)}; " + "; ".join(c.provenance)
-            cls = ' class="best"' if c.best else ""
-            text = f"{escape(_cell_text(c))} <span class=note>(n={c.n})</span>"
-            cells.append(f'<td{cls} data-value="{_num(c.mean)}" title="{escape(title)}">'
-                         f"{text}</td>")  # fmt: skip
+            cells.append(_cell_td(c, f"{method}, N_L={b}"))
         auc = t.efficiency.get(method)
         cls = ' class="best"' if auc is not None and auc == best_auc else ""
         cells.append(f'<td{cls} data-value="{_num(auc)}">'
@@ -338,6 +363,8 @@ def to_html(table: Table, curves: str = "") -> str:
         body.append(_env_table(t))
         body.append(_footnote(t))
         body.append(_efficiency_figure(t))
+        if (g := table.group_table(t.env)) is not None:
+            body.append(_group_section(g, t))
     for s in table.suites:
         body.append(_suite_section(s))
     for c in table.comparisons:
