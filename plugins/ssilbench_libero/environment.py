@@ -194,10 +194,12 @@ class Libero10Task(Task):
         if not path.exists():
             flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
             raise DatasetError(
-                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. LIBERO data is "
-                f"never downloaded: import the LIBERO-10 HDF5 files you have with 'ssilbench "
-                f"data import libero10 --from DIR --tasks {self.task.id}{flag} --data-root "
-                f"{root}' (DIR holds {self.task.demo_file}; see docs/environments/libero10.md)."
+                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. Download and "
+                f"import the LIBERO-10 HDF5 files with 'ssilbench data download libero10 "
+                f"--tasks {self.task.id}{flag} --data-root {root}', or import the files you "
+                f"have with 'ssilbench data import libero10 --from DIR --tasks "
+                f"{self.task.id}{flag} --data-root {root}' (DIR holds {self.task.demo_file}; "
+                "see docs/environments/libero10.md)."
             )
         return TransitionStore.open(path, verify=True)
 
@@ -327,10 +329,11 @@ class Libero10Multitask(Task):
             raise DatasetError(
                 f"libero10:all trains one model on the ten tasks, but {len(missing)} of them "
                 f"are not imported into dataset '{self.options.dataset}' under {root}: "
-                f"{', '.join(missing)}. LIBERO data is never downloaded: import the LIBERO-10 "
-                f"HDF5 files with 'ssilbench data import libero10 --from DIR{flag} "
-                f"--data-root {root}' (see docs/environments/libero10.md), or run tasks one "
-                "by one with -o multitask=false."
+                f"{', '.join(missing)}. Download and import them with 'ssilbench data download "
+                f"libero10{flag} --data-root {root}', or import the HDF5 files you have with "
+                f"'ssilbench data import libero10 --from DIR{flag} --data-root {root}' (see "
+                "docs/environments/libero10.md), or run tasks one by one with "
+                "-o multitask=false."
             )
         single = self.options.model_copy(update={"multitask": False})
         stores = [Libero10Task(t.id, single).dataset(root) for t in self.tasks]

@@ -149,9 +149,12 @@ class ProcgenTask(Task):
         if not train.exists():
             flag = "" if self.options.dataset == "expert" else f" -o dataset={self.options.dataset}"
             raise DatasetError(
-                f"No {self.env_id} dataset '{self.options.dataset}' at {train}. Import the "
-                f"paper's data with 'ssilbench data import procgen --from DIR --games "
-                f"{self.game}{flag} --data-root {root}', or collect one from an expert with "
+                f"No {self.env_id} dataset '{self.options.dataset}' at {train}. Download and "
+                f"import the paper's data with 'ssilbench data download procgen --games "
+                f"{self.game}{flag} --data-root {root}', import a copy you have with "
+                f"'ssilbench data import procgen --from DIR --games {self.game}{flag} "
+                f"--data-root {root}', or "
+                f"collect one from an expert with "
                 f"'ssilbench data collect {self.env_id} --policy CHECKPOINT --frames N{flag} "
                 f"--data-root {root}' (see docs/environments/procgen.md)."
             )

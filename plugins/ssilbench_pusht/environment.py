@@ -113,8 +113,9 @@ class PushTTask(Task):
         if not path.exists():
             flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
             raise DatasetError(
-                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. Push-T data is "
-                f"never downloaded: import the diffusion-policy replay file you have with "
+                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. Download and "
+                f"import diffusion-policy's replay with 'ssilbench data download pusht{flag} "
+                f"--data-root {root}', import the replay file you have with "
                 f"'ssilbench data import pusht --from PATH{flag} --data-root {root}' (PATH is "
                 "e.g. pusht_cchi_v7_replay.zarr), or make a small one from scripted rollouts "
                 "with ssilbench_pusht.replay.make_demo_dataset (see "

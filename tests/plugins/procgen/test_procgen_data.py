@@ -173,6 +173,7 @@ def test_missing_dataset_says_how_to_import_or_collect(tmp_path):
         task.dataset(tmp_path)
     message = str(err.value)
     assert "ssilbench data import procgen --from DIR --games starpilot -o dataset=mine" in message
+    assert "ssilbench data download procgen --games starpilot -o dataset=mine" in message
     assert "ssilbench data collect procgen:starpilot --policy CHECKPOINT" in message
 
 
