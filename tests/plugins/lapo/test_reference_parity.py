@@ -332,10 +332,10 @@ def test_one_batch_gives_the_same_outputs_and_losses(ref):
     torch.testing.assert_close(loss, wm_loss + vq_loss, **OUTPUT_TOL)
 
 
-def _reference_lr(step: int, lr: float) -> float:
+def _reference_lr(step: int, lr: float, steps: int = 50_000) -> float:
     # the reference's stage-1 schedule: piecewise linear through (0, 10%), (50, 100%) and
-    # (steps + 1, 1%) of its 50,000 steps
-    return float(np.interp(step, [0, 50, 50_001], [0.1 * lr, lr, 0.01 * lr]))
+    # (steps + 1, 1%) of a stage of ``steps`` (its config: 50,000)
+    return float(np.interp(step, [0, 50, steps + 1], [0.1 * lr, lr, 0.01 * lr]))
 
 
 def _state(idm, wm, cfg: WorldModelConfig) -> dict[str, torch.Tensor]:
@@ -362,14 +362,18 @@ def _overall_gap(ours: WorldModel, expected: dict, initial: dict, trained) -> fl
     return (num / den) ** 0.5
 
 
-def _reference_training(ref_models, obs, next_obs, rows_seen, lr, make_optimiser) -> list:
+def _reference_training(
+    ref_models, obs, next_obs, rows_seen, lr, make_optimiser, steps: int = 50_000
+) -> list:
+    """The reference's stage-1 loop on ``rows_seen``, as a stage of ``steps`` steps would
+    schedule its learning rate (the first few steps of its 50,000 by default)."""
     idm, wm = ref_models
     params = [*idm.parameters(), *wm.parameters()]
     opt = make_optimiser(params)
     losses = []
     for step, rows in enumerate(rows_seen):
         for group in opt.param_groups:
-            group["lr"] = _reference_lr(step, lr)
+            group["lr"] = _reference_lr(step, lr, steps)
         _, wm_loss, vq_loss = _reference_step(idm, wm, obs[rows], next_obs[rows])
         opt.zero_grad()
         (wm_loss + vq_loss).backward()
@@ -536,7 +540,8 @@ def test_a_short_stage_one_run_follows_the_same_curve(ref, optimiser):
             value.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
-    theirs = _reference_training((idm, wm), obs, next_obs, rows_seen, lr, make)
+    # the reference run as long as ssilbench's: its schedule decays over the same 100 steps
+    theirs = _reference_training((idm, wm), obs, next_obs, rows_seen, lr, make, steps=LONG)
     with torch.no_grad():
         codes = ours.eval().quantiser(ours.idm(s, s_next)).codes
         their_codes = idm.eval()(torch.stack([obs, next_obs], 1).float() / 255 - 0.5)[0]
@@ -551,9 +556,13 @@ def test_a_short_stage_one_run_follows_the_same_curve(ref, optimiser):
           f"codebook (of {cfg.codebook_size}): {used} / reference {their_used}")  # fmt: skip
     assert curve[-1] < curve[0] / 3 and their_curve[-1] < their_curve[0] / 3
     # The first 40 steps agree to a few digits (SGD: equal gradients at every step; Adam:
-    # its amplified rounding, see above); after them the two drift apart, as the card
-    # records, and are held only to the same scale.
+    # its amplified rounding, see above). Under SGD the whole curve follows, up to the
+    # schedules' documented end points (the reference decays to step 101, ssilbench to 100;
+    # measured: 0.7% apart over the last 20 steps). Adam is held only to the same scale
+    # (not measured again since both sides got one schedule).
     close = 1e-3 if optimiser == "sgd" else 1e-2
     assert curve[:2] == pytest.approx(their_curve[:2], rel=close)
+    if optimiser == "sgd":
+        assert curve == pytest.approx(their_curve, rel=0.03)
     assert 2 / 3 < curve[-1] / their_curve[-1] < 3 / 2
     assert used == their_used
