@@ -129,6 +129,38 @@ def dataset_dir(root: Path, name: str, task_id: str) -> Path:
     return Path(root) / "libero10" / name / task_id
 
 
+def libero_spec(env_id: str, options: Libero10Options, max_steps: int, episodes: int, *,
+                extra_obs: dict, metadata: dict) -> EnvSpec:  # fmt: skip
+    """The EnvSpec every LIBERO-10 task shares (cameras, 7-D actions, the success score),
+    with its own id, horizon, evaluation episodes, extra observations and metadata."""
+    return EnvSpec(
+        env_id=env_id,
+        obs_shape=IMAGE_SHAPE,
+        obs_dtype="uint8",
+        obs_kind="image",
+        num_actions=ACTION_DIM,
+        action_kind="continuous",
+        action_low=(-1.0,) * ACTION_DIM,
+        action_high=(1.0,) * ACTION_DIM,
+        action_names=ACTION_NAMES,
+        extra_obs=extra_obs,
+        frame_stack=options.frame_stack,
+        action_chunk=options.action_chunk,
+        action_execute=options.action_execute,
+        horizon=max_steps,
+        eval_episodes=episodes,
+        eval_every=DEFAULT_STEPS,
+        action_selection="sample",
+        default_steps=DEFAULT_STEPS,
+        default_arch="uva",
+        normaliser=Normaliser(name="success", low=0.0, high=1.0, source=NORMALISER_SOURCE),
+        episode_score="return",
+        budget_unit="demonstrations",
+        report="final",
+        metadata=metadata,
+    )
+
+
 class Libero10Task(Task):
     """One LIBERO-10 task with its options applied."""
 
@@ -140,30 +172,12 @@ class Libero10Task(Task):
         self.max_steps = options.max_steps or self.protocol.max_steps
         episodes = options.episodes or self.protocol.episodes
         _check_episodes(self.env_id, options.protocol, episodes)
-        self.spec = EnvSpec(
-            env_id=self.env_id,
-            obs_shape=IMAGE_SHAPE,
-            obs_dtype="uint8",
-            obs_kind="image",
-            num_actions=ACTION_DIM,
-            action_kind="continuous",
-            action_low=(-1.0,) * ACTION_DIM,
-            action_high=(1.0,) * ACTION_DIM,
-            action_names=ACTION_NAMES,
+        self.spec = libero_spec(
+            self.env_id,
+            options,
+            self.max_steps,
+            episodes,
             extra_obs={"wrist": (IMAGE_SHAPE, "uint8"), "proprio": ((PROPRIO_DIM,), "float32")},
-            frame_stack=options.frame_stack,
-            action_chunk=options.action_chunk,
-            action_execute=options.action_execute,
-            horizon=self.max_steps,
-            eval_episodes=episodes,
-            eval_every=DEFAULT_STEPS,
-            action_selection="sample",
-            default_steps=DEFAULT_STEPS,
-            default_arch="uva",
-            normaliser=Normaliser(name="success", low=0.0, high=1.0, source=NORMALISER_SOURCE),
-            episode_score="return",
-            budget_unit="demonstrations",
-            report="final",
             metadata={
                 "suite": SUITE,
                 "bddl": self.task.bddl,
@@ -259,34 +273,16 @@ class Libero10Multitask(Task):
             "encoder": options.text_encoder or None,
         }
         self._embeddings: np.ndarray | None = None
-        self.spec = EnvSpec(
-            env_id=self.env_id,
-            obs_shape=IMAGE_SHAPE,
-            obs_dtype="uint8",
-            obs_kind="image",
-            num_actions=ACTION_DIM,
-            action_kind="continuous",
-            action_low=(-1.0,) * ACTION_DIM,
-            action_high=(1.0,) * ACTION_DIM,
-            action_names=ACTION_NAMES,
+        self.spec = libero_spec(
+            self.env_id,
+            options,
+            self.max_steps,
+            self.per_task * len(self.tasks),
             extra_obs={
                 "wrist": (IMAGE_SHAPE, "uint8"),
                 "proprio": ((PROPRIO_DIM,), "float32"),
                 "language": ((dim,), "float32"),
             },  # fmt: skip
-            frame_stack=options.frame_stack,
-            action_chunk=options.action_chunk,
-            action_execute=options.action_execute,
-            horizon=self.max_steps,
-            eval_episodes=self.per_task * len(self.tasks),
-            eval_every=DEFAULT_STEPS,
-            action_selection="sample",
-            default_steps=DEFAULT_STEPS,
-            default_arch="uva",
-            normaliser=Normaliser(name="success", low=0.0, high=1.0, source=NORMALISER_SOURCE),
-            episode_score="return",
-            budget_unit="demonstrations",
-            report="final",
             metadata={
                 "suite": SUITE,
                 "multitask": True,
