@@ -24,6 +24,7 @@ from ssilbench.api import (
 )
 from ssilbench_libero.tasks import (
     ACTION_DIM,
+    ACTION_LAYOUT,
     ACTION_NAMES,
     BY_BDDL,
     BY_ID,
@@ -132,7 +133,11 @@ def dataset_dir(root: Path, name: str, task_id: str) -> Path:
 def libero_spec(env_id: str, options: Libero10Options, max_steps: int, episodes: int, *,
                 extra_obs: dict, metadata: dict) -> EnvSpec:  # fmt: skip
     """The EnvSpec every LIBERO-10 task shares (cameras, 7-D actions, the success score),
-    with its own id, horizon, evaluation episodes, extra observations and metadata."""
+    with its own id, horizon, evaluation episodes, extra observations and metadata.
+
+    Every task's metadata also declares the action layout (``action_layout``); metadata is
+    descriptive, outside the protocol fingerprint, so declaring it changed no run id."""
+    metadata = {**metadata, "action_layout": {k: list(v) for k, v in ACTION_LAYOUT.items()}}
     return EnvSpec(
         env_id=env_id,
         obs_shape=IMAGE_SHAPE,

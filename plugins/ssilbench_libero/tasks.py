@@ -13,6 +13,11 @@ IMAGE_SIZE = 128
 IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, 3)
 ACTION_DIM = 7
 ACTION_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
+# Which action dimensions are what, for models that represent them otherwise (UVA turns the
+# axis-angle into the 6-D rotation, as its reference does): the spec's
+# metadata["action_layout"]. The rotation is robosuite's OSC_POSE delta axis-angle, in the
+# controller's [-1, 1] input units.
+ACTION_LAYOUT = {"position": [0, 1, 2], "axis_angle": [3, 4, 5], "gripper": [6]}
 # Proprioception as the demonstrations store it: obs/gripper_states (2 finger positions)
 # then obs/joint_states (7 arm joint angles); in the simulator robot0_gripper_qpos and
 # robot0_joint_pos.

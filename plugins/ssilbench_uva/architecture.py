@@ -37,6 +37,7 @@ from ssilbench.kit import (
     optimise,
     reuse_or_train,
 )
+from ssilbench_uva.actions import ActionCodec, check_representation, model_action_dim
 from ssilbench_uva.autoencoder import KLAutoencoder
 from ssilbench_uva.checkpoints import load_autoencoder, load_backbone
 from ssilbench_uva.model import FusedUVANet, Layout, UVANet
@@ -48,17 +49,44 @@ from ssilbench_uva.windows import Windows, chunk_targets, make_windows
 _ENCODE_BATCH = 256
 
 
-def cameras(spec: EnvSpec) -> list[str]:
-    """Image streams of a frame: the main one, then every uint8 image extra."""
+# Environments whose UVA setup in the reference code ssilbench follows when an option is
+# "auto": LIBERO-10 (config/task/libero10.yaml: the agent-view camera and the language only,
+# actions with the rotation as rotation_6d). Elsewhere "auto" keeps every input and the
+# environment's actions.
+REFERENCE_SETUP: dict[str, dict[str, str]] = {
+    "libero10": {"inputs": "main", "actions": "rotation_6d"},
+}
+
+
+def resolve(spec: EnvSpec, o: UVAOptions) -> UVAOptions:
+    """The options for this task: ``auto`` inputs and actions replaced by the reference's
+    choice for the environment, the condition input sized for its conditioning vector."""
+    reference = REFERENCE_SETUP.get(spec.env_id.split(":", 1)[0], {})
+    update = {}
+    if o.inputs == "auto":
+        update["inputs"] = reference.get("inputs", "all")
+    if o.actions == "auto":
+        update["actions"] = reference.get("actions", "native")
+    o = with_condition(spec, o.model_copy(update=update) if update else o)
+    check_representation(spec, o.actions)  # type: ignore[arg-type]
+    return o
+
+
+def cameras(spec: EnvSpec, inputs: str = "all") -> list[str]:
+    """Image streams of a frame: the main one, then (``inputs=all``) every uint8 image extra."""
+    if inputs == "main":
+        return ["obs"]
     extra = [
         k for k, (shape, dtype) in spec.extra_obs.items() if len(shape) == 3 and dtype == "uint8"
     ]
     return ["obs", *extra]
 
 
-def vectors(spec: EnvSpec) -> list[str]:
+def vectors(spec: EnvSpec, inputs: str = "all") -> list[str]:
     """Proprioceptive streams: every 1-D extra (agent position, joint states) but the
-    conditioning vector."""
+    conditioning vector; none with ``inputs=main``."""
+    if inputs == "main":
+        return []
     cond = conditioning(spec)
     return [k for k, (shape, _) in spec.extra_obs.items()
             if len(shape) == 1 and (cond is None or k != cond[0])]  # fmt: skip
@@ -143,6 +171,8 @@ def network(layout: Layout, o: UVAOptions) -> UVANet | FusedUVANet:
 def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     """Token counts of a window for this task; refuses image sizes the autoencoder cannot
     downsample evenly and widths the heads do not divide."""
+    if "auto" in (o.inputs, o.actions):
+        o = resolve(spec, o)
     downsample = 2 ** (len(o.vae_ch_mult) - 1)
     size = spec.obs_shape[:2]
     if any(s % downsample for s in size):
@@ -164,12 +194,12 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     return Layout(
         history=history,
         future=o.future,
-        cameras=len(cameras(spec)),
+        cameras=len(cameras(spec, o.inputs)),
         patches=h * w,
         latent=o.latent_channels,
         chunk=o.chunk or spec.action_chunk,
-        action_dim=spec.num_actions,
-        proprio_dim=sum(spec.extra_obs[k][0][0] for k in vectors(spec)),
+        action_dim=model_action_dim(spec, o.actions),  # type: ignore[arg-type]
+        proprio_dim=sum(spec.extra_obs[k][0][0] for k in vectors(spec, o.inputs)),
         grid=(h, w),
     )
 
@@ -179,17 +209,17 @@ class Shared:
 
     def __init__(self, ctx: RunContext, options: UVAOptions) -> None:
         self.spec = ctx.spec
-        self.options = with_condition(ctx.spec, options)
+        self.options = o = resolve(ctx.spec, options)
         self.device = ctx.device
-        self.cameras = cameras(ctx.spec)
-        self.vectors = vectors(ctx.spec)
+        self.cameras = cameras(ctx.spec, o.inputs)
+        self.vectors = vectors(ctx.spec, o.inputs)
         self.condition_key = (conditioning(ctx.spec) or (None, 0))[0]
-        self.layout = layout_for(ctx.spec, options)  # first: it refuses impossible sizes
+        self.layout = layout_for(ctx.spec, o)  # first: it refuses impossible sizes
+        # rotation_6d scales positions by their range over D_L (the reference's normaliser
+        # takes the range over its training data; here only D_L has actions).
+        self.actions = ActionCodec(ctx.spec, o.actions, ctx.labeled.actions, ctx.device)  # type: ignore[arg-type]
         self.vae = self._autoencoder(ctx)
         self.encoded = self._encode(ctx.unlabeled)
-        low = torch.tensor(ctx.spec.action_low, dtype=torch.float32, device=ctx.device)
-        high = torch.tensor(ctx.spec.action_high, dtype=torch.float32, device=ctx.device)
-        self.action_low, self.action_high = low, high
 
     # --- autoencoder ---------------------------------------------------------------------
     def _streams(self, view: UnlabeledView) -> list[np.ndarray]:
@@ -262,11 +292,12 @@ class Shared:
 
     # --- conversions between environment units and model units ------------------------------
     def normalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        return 2 * (actions - self.action_low) / (self.action_high - self.action_low) - 1
+        """Environment actions -> model units (``actions``: native or rotation_6d)."""
+        return self.actions.encode(actions)
 
     def denormalise_actions(self, actions: torch.Tensor) -> torch.Tensor:
-        actions = actions.clamp(-1, 1)
-        return self.action_low + (actions + 1) / 2 * (self.action_high - self.action_low)
+        """Model units -> environment actions within the environment's bounds."""
+        return self.actions.decode(actions)
 
     def new_net(self) -> UVANet:
         with torch.random.fork_rng(devices=[]):
@@ -523,8 +554,8 @@ class UVA(UnifiedArchitecture):
 
     def check(self, spec: EnvSpec, options: UVAOptions) -> None:
         # Shapes only (the meta device): no memory, no weights, even at the paper's size.
+        options = resolve(spec, options)
         layout = layout_for(spec, options)
-        options = with_condition(spec, options)
         with torch.device("meta"):
             vae, net = autoencoder(options), network(layout, options)
         if options.vae_checkpoint:

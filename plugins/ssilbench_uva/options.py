@@ -7,9 +7,10 @@ channels; diffusion heads of 6 blocks of 1024) and its optimisation settings (le
 
 The defaults follow the UVA reference code (``ShuangLI59/unified_video_action``): fused
 tokens, the pooled action head, one truncated-normal mask ratio per batch, AdamW with a
-cosine schedule, EMA weights, dropout 0.1, bf16 on CUDA. What ssilbench did before is one
-option away each (``docs/methods/uva.md``, "The reference code, the defaults and the
-options"); ``LEGACY`` collects them.
+cosine schedule, EMA weights, dropout 0.1, bf16 on CUDA; on LIBERO-10 the agent-view camera
+(and the language condition) only and the 6-D rotation of its actions. What ssilbench did
+before is one option away each (``docs/methods/uva.md``, "The reference code, the defaults and
+the options"); ``LEGACY`` collects them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ class UVAOptions(BaseModel):
         0.1, ge=0, le=1, description="Training share of windows whose condition is replaced "
         "by the learned null condition (reference label_drop_prob 0.1).",
     )  # fmt: skip
+    # what the model reads and how it represents actions
+    inputs: Literal["auto", "main", "all"] = Field(
+        "auto",
+        description="main: the main camera only (and a multitask task's conditioning vector); "
+        "all: every camera and proprioceptive extra of the environment; auto: the reference's "
+        "setup where ssilbench follows its config (libero10: main), all elsewhere.",
+    )
+    actions: Literal["auto", "rotation_6d", "native"] = Field(
+        "auto",
+        description="rotation_6d: the axis-angle the environment declares becomes the 6-D "
+        "rotation, positions are scaled by their range over D_L (the reference's LIBERO "
+        "setup); native: the environment's actions scaled from its bounds; auto: rotation_6d "
+        "on libero10, native elsewhere.",
+    )
     # window
     history: int | None = Field(None, ge=1, description="History frames; None = the env's stack.")
     future: int = Field(4, ge=1, description="Future frames (spread over the action chunk).")
@@ -142,6 +157,8 @@ LEGACY: dict[str, object] = {
     "dropout": 0.0,
     "precision": "fp32",
     "checkpoint_layout": "by_name",
+    "inputs": "all",
+    "actions": "native",
 }
 """ssilbench's UVA before the reference defaults: ``arch_options`` giving these reproduce it."""
 

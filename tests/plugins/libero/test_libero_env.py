@@ -3,6 +3,7 @@ renderer choice, and real LIBERO-10 episodes (slow: building one simulator takes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -78,6 +79,22 @@ def test_spec_of_every_task():
         assert spec.metadata["bddl"] == task.bddl and spec.metadata["protocol"] == "official"
         assert spec.metadata["cameras"] == {"obs": "agentview", "wrist": "robot0_eye_in_hand"}
         json.dumps(spec.metadata)  # metadata goes into result files
+
+
+def test_every_spec_declares_its_action_layout_outside_the_protocol():
+    """The action layout (for UVA's 6-D rotation) is metadata: descriptive, left out of the
+    protocol fingerprint (ssilbench.runner.identity, metadata excluded), so declaring it kept
+    every libero10 fingerprint and run id. The values are those from before the declaration."""
+    environment = Libero10Environment()
+    layout = {"position": [0, 1, 2], "axis_angle": [3, 4, 5], "gripper": [6]}
+    before = {"all": "36b98b891ca3b268", "bowl-drawer": "95bf234533a90ca7"}
+    for task, fingerprint in before.items():
+        spec = environment.load(task, Libero10Options()).spec
+        assert spec.metadata["action_layout"] == layout
+        assert [spec.action_names[i] for i in layout["axis_angle"]] == ["droll", "dpitch", "dyaw"]
+        doc = spec.model_dump(mode="json", exclude={"metadata"})
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+        assert hashlib.sha256(text.encode()).hexdigest()[:16] == fingerprint
 
 
 def test_protocols_and_caps():
