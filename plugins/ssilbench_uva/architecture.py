@@ -184,12 +184,21 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     if o.width % o.heads:
         raise ConfigError(f"uva: width {o.width} is not a multiple of heads {o.heads}.")
     h, w = (s // downsample for s in size)
-    history = o.history or spec.frame_stack
+    # Unset: as many history frames as the environment's frame stack holds at the stride.
+    history = o.history or (spec.frame_stack - 1) // o.history_stride + 1
     if o.token_layout == "fused" and history != o.future:
         raise ConfigError(
             f"uva: the fused token layout pairs each future frame with a history frame, but "
             f"there are {history} history frames and {o.future} future ones; set arch_options "
             f"history and future to the same number, or token_layout=sequence."
+        )
+    span = (history - 1) * o.history_stride + 1
+    if o.history_stride > 1 and spec.frame_stack < span:
+        raise ConfigError(
+            f"uva: history_stride={o.history_stride} with {history} history frames reads frames "
+            f"t-{span - 1} .. t, {span} frames, but {spec.env_id}'s observations stack "
+            f"{spec.frame_stack}; give the environment -o frame_stack={span}, or lower "
+            "history_stride."
         )
     return Layout(
         history=history,
@@ -314,7 +323,8 @@ class Batches:
         lay = shared.layout
         self.shared = shared
         self.windows: Windows = make_windows(view.index, view.episode_ends, lay.history,
-                                             lay.future, lay.chunk)  # fmt: skip
+                                             lay.future, lay.chunk,
+                                             shared.options.history_stride)  # fmt: skip
         device = shared.device
         self.history = torch.from_numpy(self.windows.history).to(device)
         self.future = torch.from_numpy(self.windows.future).to(device)
@@ -492,10 +502,13 @@ class UVAPolicy(Policy):
         enc = shared.encoded
         streams = obs if isinstance(obs, dict) else {"obs": obs}
         history = shared.layout.history
+        stride = shared.options.history_stride
 
         def last_frames(x: torch.Tensor, frame_dims: int) -> torch.Tensor:
             if x.dim() == frame_dims + 1:  # no frame-stack axis
                 x = x[:, None]
+            if stride > 1:  # every stride-th frame, the newest last (the check sized the stack)
+                return x[:, x.shape[1] - 1 - (history - 1) * stride :: stride]
             if x.shape[1] < history:
                 x = torch.cat([x[:, :1].expand(-1, history - x.shape[1], *x.shape[2:]), x], 1)
             return x[:, -history:]

@@ -74,7 +74,16 @@ class UVAOptions(BaseModel):
         "on libero10, native elsewhere.",
     )
     # window
-    history: int | None = Field(None, ge=1, description="History frames; None = the env's stack.")
+    history: int | None = Field(
+        None, ge=1, description="History frames; None = as many as the env's frame stack holds "
+        "at history_stride (stride 1: the stack).",
+    )  # fmt: skip
+    history_stride: int = Field(
+        1,
+        ge=1,
+        description="Frames between history frames: t-(history-1)*stride .. t (the reference: "
+        "4, t-12 .. t; needs an environment frame stack of (history-1)*stride+1).",
+    )
     future: int = Field(4, ge=1, description="Future frames (spread over the action chunk).")
     chunk: int | None = Field(None, ge=1, description="Actions per chunk; None = the env's.")
     # image autoencoder

@@ -1,12 +1,13 @@
 """Windows of an episode around each transition: history frames, future frames, an action
 chunk. UVA trains on these rather than on single (s, a, s') transitions.
 
-For a transition starting at frame t, the window holds the frames t-H+1 .. t (history, the
-observation the policy acts on), the frames t+s, t+2s, .. t+Fs (future; s = chunk / F, so
-the future frames span the action chunk) and the actions a_t .. a_{t+K-1}. Indices are
-clamped to the episode, repeating its first frame before the start and its last frame and
-last action after the end, as demonstration datasets are commonly padded. Nothing crosses
-an episode boundary.
+For a transition starting at frame t, the window holds the frames t-(H-1)d .. t-d, t
+(history: every d-th frame, d = ``history_stride``, 1 by default; the reference's
+select_frames takes d = 4: t-12, t-8, t-4, t; the observation the policy acts on), the frames
+t+s, t+2s, .. t+Fs (future; s = chunk / F, so the future frames span the action chunk) and the
+actions a_t .. a_{t+K-1}. Indices are clamped to the episode, repeating its first frame before
+the start and its last frame and last action after the end, as demonstration datasets are
+commonly padded. Nothing crosses an episode boundary.
 """
 
 from __future__ import annotations
@@ -43,12 +44,13 @@ def make_windows(
     history: int,
     future: int,
     chunk: int,
+    history_stride: int = 1,
 ) -> Windows:
     """Windows at the transition start frames ``starts``."""
     starts = np.asarray(starts, dtype=np.int64)
     first, last = episode_bounds(starts, np.asarray(episode_ends, dtype=np.int64))
     stride = max(1, chunk // max(future, 1))
-    back = np.arange(history - 1, -1, -1)
+    back = history_stride * np.arange(history - 1, -1, -1)
     ahead = stride * np.arange(1, future + 1)
     hist = np.maximum(starts[:, None] - back[None, :], first[:, None])
     fut = np.minimum(starts[:, None] + ahead[None, :], last[:, None])

@@ -23,6 +23,7 @@ from ssilbench_uva.actions import (
 )
 from ssilbench_uva.architecture import layout_for, resolve
 from ssilbench_uva.options import LEGACY, UVAOptions
+from ssilbench_uva.windows import make_windows
 
 TINY = {
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
@@ -251,3 +252,45 @@ def test_libero10_policy_reads_what_its_inputs_say_and_steps_7d_actions(tmp_path
         assert torch.equal(seen, other) and torch.equal(actions, other_actions)
     else:
         assert not torch.equal(seen, other)
+
+
+# --- the history stride (the reference's select_frames: t-12, t-8, t-4, t) ----------------------
+def test_strided_history_windows_take_every_fourth_frame_inside_the_episode():
+    w = make_windows(np.array([20, 5, 39]), np.array([10, 40]), history=4, future=4, chunk=16,
+                     history_stride=4)  # fmt: skip
+    assert w.history[0].tolist() == [10, 12, 16, 20]  # t-12 clamped to the episode's first
+    assert w.history[1].tolist() == [0, 0, 1, 5]
+    assert w.history[2].tolist() == [27, 31, 35, 39]
+    assert w.future[0].tolist() == [24, 28, 32, 36]  # the future as without a stride
+    plain = make_windows(np.array([20]), np.array([10, 40]), history=4, future=4, chunk=16)
+    assert plain.history[0].tolist() == [17, 18, 19, 20]
+
+
+def test_a_strided_history_needs_a_frame_stack_that_covers_it():
+    spec = libero_like()  # frame stack 2
+    with pytest.raises(ConfigError, match=r"t-12 .. t, 13 frames.*-o frame_stack=13"):
+        layout_for(spec, UVAOptions(**{**TINY, "history": 4, "future": 4}, history_stride=4))
+    deep = spec.model_copy(update={"frame_stack": 13})
+    lay = layout_for(deep, UVAOptions(**{**TINY, "future": 4}, history_stride=4))
+    assert lay.history == 4  # unset: as many as 13 stacked frames hold at stride 4
+    assert layout_for(deep, UVAOptions(**{**TINY, "future": 4, "token_layout": "sequence"},
+                                       action_head="linear")).history == 13  # fmt: skip
+
+
+def test_the_policy_reads_every_fourth_stacked_frame(tmp_path):
+    spec = libero_like().model_copy(update={"frame_stack": 5})
+    ctx, store = context(tmp_path, spec)
+    model = unified(ctx, "uva", {**TINY, "history_stride": 4})
+    assert model.shared.layout.history == 2  # frames t-4 and t of a stack of 5
+    policy = model.policy("policy")
+    images = np.array(store.obs[:5])
+    frames = torch.from_numpy(images)[None]
+    tokens, _ = policy._tokens({"obs": frames})
+    expected = model.shared.encode_images(torch.from_numpy(images[[0, 4]]))
+    enc = model.shared.encoded
+    expected = ((expected - enc.latent_mean) / enc.latent_std).flatten(0, 1)[None]
+    assert torch.allclose(tokens, expected)
+    # The frames between them are not read.
+    changed = frames.clone()
+    changed[:, 1:4] = 255 - changed[:, 1:4]
+    assert torch.equal(policy._tokens({"obs": changed})[0], tokens)
