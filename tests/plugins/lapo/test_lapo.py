@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
+from ssilbench.kit import Speed
 from ssilbench.testing import RunStorage, Sweep, build_plan, check_stages, execute, load_plugins
 from ssilbench_lapo.lapo import LAPO, LAPOConfig
 from ssilbench_lapo.lapo_plus import LAPOPlus, LAPOPlusConfig
@@ -17,6 +18,7 @@ from ssilbench_lapo.unet import LatentUNet, ReferenceUNet
 from ssilbench_lapo.world_model import (
     LATER_STAGES_SCHEDULE,
     WORLD_MODEL_SCHEDULE,
+    ChannelsLast,
     LatentIDM,
     WorldModel,
     WorldModelConfig,
@@ -24,6 +26,7 @@ from ssilbench_lapo.world_model import (
     decoder_net,
     impala_net,
     schedules,
+    speed_for,
 )
 
 PLUGINS = load_plugins()
@@ -236,6 +239,55 @@ def test_options_that_do_not_fit_the_forward_model_are_refused():
     WorldModelConfig(**SSILBENCH_VARIANT, squash_output=False, unet_widths=(8, 16))
 
 
+# --- memory layout ---------------------------------------------------------------------
+
+
+def test_memory_format_is_left_out_of_the_serialised_config_at_its_default():
+    # configs (and so run ids) of runs that do not name it serialise as before the option
+    for config in (LAPOConfig, LAPOPlusConfig):
+        default = config().model_dump(mode="json")
+        assert "memory_format" not in default
+        assert set(default) == set(config.model_fields) - {"memory_format"}
+        assert config.model_validate(default).memory_format == "channels_last"
+        assert config(memory_format="channels_last").model_dump() == config().model_dump()
+        other = config(memory_format="contiguous").model_dump(mode="json")
+        assert other == {**default, "memory_format": "contiguous"}
+    with pytest.raises(ValidationError, match="memory_format"):
+        WorldModelConfig(memory_format="channels_first")
+
+
+def test_channels_last_is_the_cpu_float32_layout_and_cuda_keeps_fast_cuda():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    default, contiguous = WorldModelConfig(), WorldModelConfig(memory_format="contiguous")
+    assert speed_for(default, cpu) == ChannelsLast() and speed_for(contiguous, cpu) == Speed(False)
+    # the kit's caches key on enabled and repr: never the plain float32 path's entries
+    assert ChannelsLast().enabled and repr(ChannelsLast()) != repr(Speed(True))
+    assert speed_for(default, cuda) == Speed(True)
+    assert speed_for(WorldModelConfig(fast_cuda=False), cuda) == Speed(False)
+
+
+def test_channels_last_computes_what_the_contiguous_layout_computes():
+    torch.manual_seed(0)
+    cfg = WorldModelConfig(**SMALL)
+    plain, fast = WorldModel(cfg, (3, 16, 16)), WorldModel(cfg, (3, 16, 16))
+    fast.load_state_dict(plain.state_dict())
+    speed = speed_for(cfg, CPU)
+    speed.module(fast)
+    conv = fast.idm.trunk.stages[0].conv.weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    s, s_next = torch.rand(8, 3, 16, 16), torch.rand(8, 3, 16, 16)
+    want = plain.loss(s, s_next)
+    got = fast.loss(speed.images(s), speed.images(s_next))
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-7)
+    want.backward()
+    got.backward()
+    for (name, a), b in zip(plain.named_parameters(), fast.parameters(), strict=True):
+        if a.grad is None:  # the codebooks: updated by their EMA, not by gradients
+            assert b.grad is None, name
+            continue
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-6), name
+
+
 def test_latent_idm_sees_both_frames():
     idm = LatentIDM(WorldModelConfig(**SMALL), (3, 64, 64))
     s = torch.rand(2, 3, 64, 64)
@@ -307,6 +359,9 @@ def test_stage_one_is_shared_by_both_methods_every_seed_and_budget(data_root, tm
     # a different stage-1 setting is a different model
     other = _run(data_root, "lapo_plus", config={"commitment": 0.1}, cache=cache)
     assert "reused" not in other.stages["world_model"]
+    # and so is one trained in the other memory layout (its bits differ)
+    other = _run(data_root, "lapo", config={"memory_format": "contiguous"}, cache=cache)
+    assert "reused" not in other.stages["world_model"]
 
 
 def test_the_second_run_does_not_train_stage_one(data_root, tmp_path, monkeypatch):
@@ -321,10 +376,13 @@ def test_the_second_run_does_not_train_stage_one(data_root, tmp_path, monkeypatc
     assert calls == [] and outcome.stages["world_model"]["used"] == 25
 
 
-def test_same_spec_gives_the_same_numbers_on_cpu(data_root):
-    first = _run(data_root, "lapo_plus", seed=3, steps=40)
-    second = _run(data_root, "lapo_plus", seed=3, steps=40)
-    assert first.timeline == second.timeline
+@pytest.mark.parametrize("method", ["lapo", "lapo_plus"])
+@pytest.mark.parametrize("memory_format", ["channels_last", "contiguous"])
+def test_same_spec_gives_the_same_numbers_on_cpu(data_root, method, memory_format):
+    config = {"memory_format": memory_format}
+    first = _run(data_root, method, seed=3, steps=40, config=config)
+    second = _run(data_root, method, seed=3, steps=40, config=config)
+    assert first.timeline == second.timeline and first.metrics == second.metrics
 
 
 # --- LAPO+ must recover actions where the data leave no other way ------------------------
