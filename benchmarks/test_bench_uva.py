@@ -253,3 +253,76 @@ def test_parameters(benchmark, size):
     benchmark.extra_info.update(counts)
     _record(benchmark, f"parameters {size}",
             ", ".join(f"{k} {v / 1e6:.3f}M" for k, v in counts.items()))  # fmt: skip
+
+
+# --- LIBERO-10's inputs: the reference's setup (agent view, 10-number actions) against all --------
+LIBERO_SETUPS = {
+    "reference": {},  # inputs=auto -> main, actions=auto -> rotation_6d on libero10
+    "all_native": {"inputs": "all", "actions": "native"},  # the setup before
+}
+
+
+@cache
+def _libero_shared(setup: str) -> tuple[Shared, UnlabeledView]:
+    from ssilbench_libero.environment import Libero10Options, Libero10Task
+
+    spec = Libero10Task("bowl-drawer", Libero10Options()).spec
+    frames = 64
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (frames, 128, 128, 3), dtype=np.uint8)
+    extras = {"wrist": rng.integers(0, 256, (frames, 128, 128, 3), dtype=np.uint8),
+              "proprio": rng.normal(size=(frames, 9)).astype(np.float32)}  # fmt: skip
+    ends = np.array([frames // 2, frames], dtype=np.int64)
+    index = np.setdiff1d(np.arange(frames), ends - 1)
+    view = UnlabeledView(frames=images, index=index, extras=extras, episode_ends=ends)
+    ctx = RunContext(config=None, spec=spec, labeled=None, unlabeled=view, video_model=None,
+                     device=DEVICE, seed=0, plan=None, architectures=None,
+                     evaluate=lambda policy: 0.0)  # fmt: skip
+    return Shared(ctx, UVAOptions(vae_steps=0, **LIBERO_SETUPS[setup])), view
+
+
+@pytest.mark.parametrize("mode", ["policy", "video"])
+@pytest.mark.parametrize("setup", list(LIBERO_SETUPS))
+def test_libero_train_step(benchmark, setup, mode):
+    """``uva`` (small) on LIBERO-10's 128x128 frames: one mode's training step with the
+    reference's inputs (64 tokens per frame, 10-number actions) or every input (the agent
+    view and the wrist camera stacked: 128 tokens per frame, proprioception, 7 numbers).
+    Frames, proprioception and labels are random (no timing depends on them)."""
+    shared, view = _libero_shared(setup)
+    batch, steps = shared.options.batch_size, STEPS["small"]
+    model = UVARoleModel(shared, init_state=None)
+    lay = shared.layout
+    labels = np.random.default_rng(0).uniform(-1, 1, (len(view), lay.chunk, lay.action_dim))
+    labels = labels.astype(np.float32)
+
+    def run():
+        model.train([mode], view, _budget(steps), seed=0, labels=labels)
+        _sync()
+
+    run()
+    benchmark.pedantic(run, rounds=ROUNDS["small"], iterations=1)
+    ms = benchmark.stats["mean"] / steps * 1e3
+    # The fused layout's sequence: one token per future-frame patch of every camera.
+    benchmark.extra_info.update(ms_per_step=round(ms, 1), tokens=lay.future_tokens,
+                                action_dim=lay.action_dim, cameras=lay.cameras)  # fmt: skip
+    _record(benchmark, f"libero train {setup} {mode}",
+            f"{ms:8.0f} ms/step (batch {batch}; {lay.future_tokens} fused tokens, "
+            f"{lay.cameras} camera(s), {lay.action_dim} action numbers)")  # fmt: skip
+
+
+def test_libero_action_conversion(benchmark):
+    """The reference setup's action conversion both ways for a minibatch of chunks (32 x 16):
+    7 -> 10 numbers (axis-angle -> 6-D rotation) and back (Gram-Schmidt -> axis-angle)."""
+    shared, _ = _libero_shared("reference")
+    g = torch.Generator().manual_seed(0)
+    actions = (2 * torch.rand(32, 16, 7, generator=g) - 1).to(DEVICE)
+
+    def run():
+        shared.denormalise_actions(shared.normalise_actions(actions))
+        _sync()
+
+    run()
+    benchmark.pedantic(run, rounds=10, iterations=1)
+    ms = benchmark.stats["mean"] * 1e3
+    benchmark.extra_info.update(ms_both_ways=round(ms, 3))
+    _record(benchmark, "libero action conversion", f"{ms:8.3f} ms both ways, 512 actions")

@@ -226,7 +226,8 @@ class Shared:
         self.layout = layout_for(ctx.spec, o)  # first: it refuses impossible sizes
         # rotation_6d scales positions by their range over D_L (the reference's normaliser
         # takes the range over its training data; here only D_L has actions).
-        self.actions = ActionCodec(ctx.spec, o.actions, ctx.labeled.actions, ctx.device)  # type: ignore[arg-type]
+        labeled = ctx.labeled.actions if ctx.labeled is not None else None
+        self.actions = ActionCodec(ctx.spec, o.actions, labeled, ctx.device)  # type: ignore[arg-type]
         self.vae = self._autoencoder(ctx)
         self.encoded = self._encode(ctx.unlabeled)
 

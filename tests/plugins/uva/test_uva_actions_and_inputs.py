@@ -151,6 +151,14 @@ def test_a_constant_position_is_left_unscaled_as_the_reference_does():
     assert np.allclose(codec.decode(model)[:, 1].numpy(), 0.25)
 
 
+def test_without_labeled_actions_positions_keep_the_bounds_scaling():
+    codec = ActionCodec(libero_like(), "rotation_6d", None, "cpu")
+    a = torch.from_numpy(demo_actions(10, 4))
+    model = codec.encode(a)
+    assert torch.allclose(model[:, :3], a[:, :3])  # bounds [-1, 1]: the identity
+    assert torch.allclose(codec.decode(model), a, atol=1e-6)
+
+
 def test_decoded_actions_stay_within_the_bounds():
     codec = ActionCodec(libero_like(), "rotation_6d", demo_actions(50, 2), "cpu")
     wild = 3 * torch.randn(64, 4, 10, generator=torch.Generator().manual_seed(0))
