@@ -351,3 +351,46 @@ def test_mar_b_table_is_mars_own_mar_base():
         for name in [n for n in sys.modules if n.split(".")[0] in ("models", "diffusion")]:
             sys.modules.pop(name)
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == ck.MAR_B
+
+
+# --- LIBERO-10's actions: the reference's normaliser ------------------------------------------
+@pytest.fixture(scope="module")
+def normalize_util() -> types.ModuleType:
+    root = os.environ.get(ENV)
+    if not root:
+        pytest.skip(f"set {ENV} to an extracted checkout of ShuangLI59/unified_video_action "
+                    "to compare with it")  # fmt: skip
+    path = Path(root).expanduser().resolve()
+    if not (path / "unified_video_action/common/normalize_util.py").exists():
+        pytest.skip(f"{ENV}={root}: no UVA checkout there")
+    if importlib.util.find_spec("zarr") is None:
+        pytest.skip("the UVA reference's normaliser module imports zarr; install it apart")
+    return _import_with(path, "unified_video_action.common.normalize_util", {})
+
+
+def test_libero_actions_normalise_as_the_references_normaliser(normalize_util):
+    """The 10 numbers of LIBERO-10 actions (position, 6-D rotation, gripper) through the
+    reference's robomimic_abs_action_only_normalizer_from_stat, fitted on the same actions,
+    against ssilbench's rotation_6d codec fitted on them as D_L."""
+    from ssilbench.testing import load_plugins
+    from ssilbench_uva.actions import ActionCodec, axis_angle_to_rotation_6d
+
+    env = load_plugins().environments.create("libero10")
+    spec = env.load("bowl-drawer", env.Options()).spec
+    rng = np.random.default_rng(0)
+    actions = np.concatenate([rng.uniform(-0.7, 0.9, (300, 3)), rng.uniform(-0.4, 0.4, (300, 3)),
+                              rng.choice([-1.0, 1.0], (300, 1))], 1).astype(np.float32)  # fmt: skip
+    a = torch.from_numpy(actions)
+    ten = torch.cat([a[:, :3], axis_angle_to_rotation_6d(a[:, 3:6].double()).float(), a[:, 6:]], 1)
+    reference = normalize_util.robomimic_abs_action_only_normalizer_from_stat(
+        normalize_util.array_to_stats(ten.numpy())
+    )
+    codec = ActionCodec(spec, "rotation_6d", actions, "cpu")
+    expected = reference.normalize(ten).detach()
+    ours = codec.encode(a)
+    difference = (ours - expected).abs().max().item()
+    print(f"\nLIBERO action normalisation: largest difference {difference:.2e}")
+    assert difference < 1e-6
+    back = reference.unnormalize(expected).detach()
+    assert torch.allclose(back, ten, atol=1e-6)
+    assert torch.allclose(codec.decode(expected), a, atol=1e-5)
