@@ -23,6 +23,7 @@ from typing import ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ssilbench.api import ConfigError, EnvSpec, Policy, RunContext, Stage
 from ssilbench.kit import (
@@ -124,12 +125,16 @@ def _side_budget(ctx: RunContext, name: str, steps: int) -> StageBudget:
     return plan.stage(name)
 
 
-def _hwc_to_input(images: torch.Tensor) -> torch.Tensor:
-    """(..., H, W, 3) uint8 or [0, 1] floats -> (N, 3, H, W) floats in [0, 1]."""
+def _hwc_to_input(images: torch.Tensor, size: int | None = None) -> torch.Tensor:
+    """(..., H, W, 3) uint8 or [0, 1] floats -> (N, 3, H, W) floats in [0, 1]; resized to
+    ``size`` x ``size`` where given (bilinear, as the reference's resize_image)."""
     flat = images.reshape(-1, *images.shape[-3:])
     if flat.dtype == torch.uint8:
         flat = flat.float().div_(255.0)
-    return flat.permute(0, 3, 1, 2).contiguous()
+    out = flat.permute(0, 3, 1, 2).contiguous()
+    if size is not None and tuple(out.shape[-2:]) != (size, size):
+        out = F.interpolate(out.float(), size=(size, size), mode="bilinear", align_corners=False)
+    return out
 
 
 @dataclass
@@ -174,12 +179,14 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     if "auto" in (o.inputs, o.actions):
         o = resolve(spec, o)
     downsample = 2 ** (len(o.vae_ch_mult) - 1)
-    size = spec.obs_shape[:2]
+    size = (o.image_size, o.image_size) if o.image_size else spec.obs_shape[:2]
     if any(s % downsample for s in size):
+        what = "images resized by image_size" if o.image_size else f"{spec.env_id}'s images"
+        hint = f" or an image_size divisible by {downsample}" if o.image_size else ""
         raise ConfigError(
-            f"uva: {spec.env_id}'s images of {size[0]}x{size[1]} are not divisible by the "
+            f"uva: {what} of {size[0]}x{size[1]} are not divisible by the "
             f"autoencoder's downsampling {downsample} (vae_ch_mult has {len(o.vae_ch_mult)} "
-            "levels); give arch_options a vae_ch_mult with fewer levels."
+            f"levels); give arch_options a vae_ch_mult with fewer levels{hint}."
         )
     if o.width % o.heads:
         raise ConfigError(f"uva: width {o.width} is not a multiple of heads {o.heads}.")
@@ -254,7 +261,7 @@ class Shared:
                 rows = np.arange(frames * len(streams))[rows]
                 images = np.concatenate([streams[c][rows[rows // frames == c] % frames]
                                          for c in range(len(streams))])  # fmt: skip
-                batch = _hwc_to_input(torch.from_numpy(images).to(ctx.device))
+                batch = _hwc_to_input(torch.from_numpy(images).to(ctx.device), o.image_size)
                 return vae.loss(batch, generator=generator)
 
             def train() -> None:
@@ -277,7 +284,7 @@ class Shared:
             batch = images[i : i + _ENCODE_BATCH]
             if isinstance(batch, np.ndarray):
                 batch = torch.from_numpy(np.array(batch))  # a writable copy of the rows
-            z = self.vae.encode(_hwc_to_input(batch.to(self.device)))
+            z = self.vae.encode(_hwc_to_input(batch.to(self.device), self.options.image_size))
             out.append(z.flatten(2).transpose(1, 2))
         return torch.cat(out)
 

@@ -87,6 +87,12 @@ class UVAOptions(BaseModel):
     future: int = Field(4, ge=1, description="Future frames (spread over the action chunk).")
     chunk: int | None = Field(None, ge=1, description="Actions per chunk; None = the env's.")
     # image autoencoder
+    image_size: int | None = Field(
+        None,
+        ge=16,
+        description="Side of the square images the autoencoder sees, resized bilinearly from "
+        "the environment's frames; None = the frames as they are (the reference: 256).",
+    )
     vae_ch: int = Field(8, ge=4, description="Autoencoder base channels (KL-16: 128).")
     vae_ch_mult: tuple[int, ...] = Field((1, 1, 2, 2, 4), description="Channel multipliers.")
     vae_blocks: int = Field(1, ge=1, description="Residual blocks per level (KL-16: 2).")

@@ -302,3 +302,19 @@ def test_the_policy_reads_every_fourth_stacked_frame(tmp_path):
     changed = frames.clone()
     changed[:, 1:4] = 255 - changed[:, 1:4]
     assert torch.equal(policy._tokens({"obs": changed})[0], tokens)
+
+
+# --- image size (the reference resizes LIBERO's 128x128 frames to 256x256) ----------------------
+def test_image_size_resizes_what_the_autoencoder_sees(tmp_path):
+    spec = libero_like()
+    assert layout_for(spec, UVAOptions(**TINY)).patches == 64  # 128 / 16 = 8 x 8
+    assert layout_for(spec, UVAOptions(**TINY, image_size=256)).patches == 256  # 16 x 16
+    with pytest.raises(ConfigError, match="image_size divisible by 16"):
+        layout_for(spec, UVAOptions(**TINY, image_size=200))
+    ctx, store = context(tmp_path, spec)
+    model = unified(ctx, "uva", {**TINY, "image_size": 32})
+    assert model.shared.layout.patches == 4
+    assert model.shared.encode_images(torch.from_numpy(np.array(store.obs[:3]))).shape == (3, 4, 16)
+    frames = torch.from_numpy(np.array(store.obs[:2]))[None]
+    actions = model.policy("policy").act({"obs": frames}, generator=torch.Generator())
+    assert actions.shape == (1, 4, 7)
