@@ -193,6 +193,10 @@ def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
     h, w = (s // downsample for s in size)
     # Unset: as many history frames as the environment's frame stack holds at the stride.
     history = o.history or (spec.frame_stack - 1) // o.history_stride + 1
+    if o.history is None and o.history_stride > 1 and o.token_layout == "fused":
+        # The fused layout needs one history frame per future frame: a stack too short for
+        # them is the frame stack's fault, which the check below names.
+        history = max(history, o.future)
     if o.token_layout == "fused" and history != o.future:
         raise ConfigError(
             f"uva: the fused token layout pairs each future frame with a history frame, but "

@@ -4,6 +4,7 @@ today's inputs and actions one option away (``inputs=all``, ``actions=native``).
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -318,3 +319,19 @@ def test_image_size_resizes_what_the_autoencoder_sees(tmp_path):
     frames = torch.from_numpy(np.array(store.obs[:2]))[None]
     actions = model.policy("policy").act({"obs": frames}, generator=torch.Generator())
     assert actions.shape == (1, 4, 7)
+
+
+@pytest.mark.parametrize(
+    ("env", "arch", "message"),
+    [
+        ("pusht", {"actions": "rotation_6d"}, "pusht:pusht declares no axis-angle"),
+        ("libero10:bowl-drawer", {"history_stride": 4},
+         "reads frames t-12 .. t, 13 frames, but libero10:bowl-drawer's observations stack 4"),
+    ],
+)  # fmt: skip
+def test_the_cli_refuses_impossible_settings_before_any_data(cli, env, arch, message):
+    result = cli.run("--method", "uva", "--env", env, "--budgets", "1", "--steps", "1",
+                     "-c", "arch_options=" + json.dumps(arch))  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert not (cli.results / "results.sqlite").exists()
