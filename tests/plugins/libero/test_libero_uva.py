@@ -25,15 +25,25 @@ ARCH = ["-c", "arch_options=" + json.dumps(TINY)]
 @pytest.mark.skipif(
     not libero_available(), reason="LIBERO is not installed: pip install 'ssilbench[libero]'"
 )
-def test_uva_runs_a_libero10_task_end_to_end(cli):
+@pytest.mark.parametrize(
+    "extra",
+    [
+        [],  # UVA's defaults on libero10: the agent view, 10-number actions
+        # The reference's history (t-12, t-8, t-4, t) and every input, 7-number actions.
+        ["-o", "frame_stack=13", "-c", "arch_options=" + json.dumps(
+            {**TINY, "history_stride": 4, "inputs": "all", "actions": "native"})],
+    ],
+    ids=["defaults", "stride-all-native"],
+)  # fmt: skip
+def test_uva_runs_a_libero10_task_end_to_end(cli, extra):
     task = TASKS[0]
     write_task_file(cli.tmp / "hdf5", task=task, demos={"demo_0": 12, "demo_1": 10, "demo_2": 9})
     imported = cli("data", "import", "libero10", "--from", str(cli.tmp / "hdf5"),
                    "--data-root", str(cli.data), "--tasks", task.id)  # fmt: skip
     assert imported.returncode == 0, imported.stderr
     result = cli.run("--method", "uva", "--env", f"libero10:{task.id}", "--budgets", "2",
-                     "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10", *ARCH,
-                     timeout=900)  # fmt: skip
+                     "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10",
+                     *(extra or ARCH), timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr
     [record] = run_records(cli.results)
     assert record["status"] == "done", record["error"]
