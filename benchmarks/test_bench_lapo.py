@@ -9,7 +9,8 @@ Each benchmark times STEPS optimiser steps of one stage on random frames and rep
     OMP_NUM_THREADS=1 python -m pytest benchmarks/test_bench_lapo.py -k "small or decoding_head"
 
 On CUDA every stage uses bf16 autocast and channels-last (LAPO's ``fast_cuda``; the
-baselines' ``impala_bf16``). Frames stay uint8 until they reach the device, as
+baselines' ``impala_bf16``); on the CPU LAPO's stages train in float32 channels-last (its
+``memory_format``), the baselines' contiguous. Frames stay uint8 until they reach the device, as
 in the methods (``ssilbench.data.batches``).
 """
 
@@ -23,13 +24,13 @@ from ssilbench.api import EnvSpec, Normaliser, RunContext, Stage
 from ssilbench.data.batches import FrameInputs, TransitionFrames
 from ssilbench.data.split import UnlabeledView
 from ssilbench.train.budget import StagePlan
-from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_regressor, speed_of
 from ssilbench_baselines.impala import Impala, ImpalaBF16, mlp
 from ssilbench_lapo.world_model import (
     WorldModelConfig,
     action_policy_net,
     impala_net,
+    speed_for,
     train_world_model,
 )
 
@@ -95,7 +96,7 @@ def test_lapo_latent_policy(benchmark, frames, size):
     """LAPO stage 2: IMPALA latent policy regressed onto 128-dim latents of D_U."""
     cfg, data = _config(size), _unlabeled(frames)
     targets = torch.randn(len(data), cfg.latent_dim, device=DEVICE)
-    speed = Speed.for_device(cfg.fast_cuda, DEVICE)
+    speed = speed_for(cfg, DEVICE)
     net = speed.module(impala_net(cfg, SPEC.obs_shape, cfg.latent_dim).to(DEVICE))
 
     def run():
@@ -111,7 +112,7 @@ def test_lapo_plus_policy(benchmark, frames, size):
     """LAPO+ stage 3: IMPALA policy cloned from soft labels on D_U."""
     cfg, data = _config(size), _unlabeled(frames)
     labels = torch.softmax(torch.randn(len(data), 15, device=DEVICE), dim=-1)
-    speed = Speed.for_device(cfg.fast_cuda, DEVICE)
+    speed = speed_for(cfg, DEVICE)
     net = speed.module(action_policy_net(cfg, SPEC.obs_shape, 15).to(DEVICE))
 
     def run():

@@ -10,6 +10,11 @@ there at run time, e.g.
     PYTHONPATH=/path/to/site-packages-with-tensordict-funcy-omegaconf-doy \
     OMP_NUM_THREADS=1 python -m pytest benchmarks/test_bench_lapo_reference.py -m slow
 
+(the reference's packages are never ssilbench dependencies: put a folder holding only them
+on PYTHONPATH, e.g. links to another virtual environment's copies, as docs/methods/lapo.md
+shows). ssilbench's side trains as its stages do on the device (``speed_for``: on the CPU
+float32 in channels-last, LAPO's default ``memory_format``; the baselines' stages contiguous).
+
 Without the variable every case is skipped (CI has no reference). The reference imports
 ``tensordict``, ``funcy``, ``omegaconf`` and ``doy`` (needed: the case is skipped with their
 names when they are missing) and, at module level only, ``wandb``, ``procgen`` and ``gym``
@@ -84,6 +89,7 @@ from ssilbench_lapo.world_model import (
     action_policy_net,
     decoder_net,
     impala_net,
+    speed_for,
 )
 
 ENV = "SSILBENCH_LAPO_REFERENCE"
@@ -321,10 +327,13 @@ def _compare(
 def test_world_model(benchmark, reference, frames):
     """Stage 1 of lapo and lapo_plus: latent IDM + VQ + forward model on D_U."""
     ref, cfg, data = reference, _cfg(), _unlabeled(frames)
-    model, seeds = WorldModel(cfg, OBS).to(DEVICE), _Seeds()
+    speed = speed_for(cfg, DEVICE)  # the stage's layout (CPU: channels-last) and precision
+    model, seeds = speed.module(WorldModel(cfg, OBS).to(DEVICE)), _Seeds()
 
     def loss(rows):
-        return model.loss(*data.pairs(rows))
+        obs, next_obs = data.pairs(rows)
+        with speed.autocast():
+            return model.loss(speed.images(obs), speed.images(next_obs))
 
     def ours():
         optimise(model.parameters(), loss, len(data), _budget(), lr=cfg.world_model_lr,
@@ -356,8 +365,9 @@ def test_world_model(benchmark, reference, frames):
 
 
 def _world_idm(ref, cfg):
-    """Frozen latent IDMs of both sides (untrained: only their cost matters here)."""
-    ours = _frozen(WorldModel(cfg, OBS).to(DEVICE)).idm
+    """Frozen latent IDMs of both sides (untrained: only their cost matters here); ssilbench's
+    in its stages' layout."""
+    ours = speed_for(cfg, DEVICE).module(_frozen(WorldModel(cfg, OBS).to(DEVICE))).idm
     theirs, _ = ref.utils.create_dynamics_models(ref.cfg.model)
     return ours, theirs
 
@@ -366,15 +376,16 @@ def test_lapo_latent_policy(benchmark, reference, frames):
     """LAPO stage 2: the latent policy regressed onto the latent IDM's latents of D_U."""
     ref, cfg, data = reference, _cfg(), _unlabeled(frames)
     our_idm, their_idm = _world_idm(ref, cfg)
-    net, seeds, speed = impala_net(cfg, OBS, cfg.latent_dim).to(DEVICE), _Seeds(), Speed(False)
-    targets = in_chunks(lambda rows: our_idm(*data.pairs(rows)), len(data))
+    speed, seeds = speed_for(cfg, DEVICE), _Seeds()
+    net = speed.module(impala_net(cfg, OBS, cfg.latent_dim).to(DEVICE))
+    targets = in_chunks(lambda rows: _labels(speed, our_idm, data, rows), len(data))
 
     def ours():
         fit_on_frames(net, data, targets, F.mse_loss, _budget(), lr=cfg.lr, batch_size=BATCH,
                       seed=seeds(), speed=speed)  # fmt: skip
 
     def prepass():  # the latent IDM labels D_U once, before the stage
-        in_chunks(lambda rows: our_idm(*data.pairs(rows)), BATCH)
+        in_chunks(lambda rows: _labels(speed, our_idm, data, rows), BATCH)
 
     policy = _reference_policy(ref, OBS[0], ref.cfg.model.la_dim)
     lr = ref.cfg.stage2.lr
@@ -395,6 +406,13 @@ def test_lapo_latent_policy(benchmark, reference, frames):
 
     params = _policy_params(net, our_idm, policy, their_idm)
     _compare(benchmark, ours, theirs, params=params, prepass=prepass, prepass_ratio=D_U_RATIO)
+
+
+def _labels(speed: Speed, idm, data: TransitionFrames, rows) -> torch.Tensor:
+    """The latent IDM's latents of some transitions, as ``latents_of`` computes them."""
+    obs, next_obs = data.pairs(rows)
+    with speed.autocast():
+        return idm(speed.images(obs), speed.images(next_obs))
 
 
 def _policy_params(ours, our_frozen, theirs, their_frozen) -> dict[str, int]:
@@ -442,11 +460,12 @@ def _decoding(benchmark, ref, frames, *, ours_backbone, theirs_latent, frozen_pa
 def test_lapo_decoder(benchmark, reference, frames):
     """LAPO stage 3: the decoding head on the frozen latent policy."""
     ref, cfg = reference, _cfg()
-    ours = _frozen(impala_net(cfg, OBS, cfg.latent_dim).to(DEVICE))
+    speed = speed_for(cfg, DEVICE)
+    ours = speed.module(_frozen(impala_net(cfg, OBS, cfg.latent_dim).to(DEVICE)))
     theirs = _frozen(_reference_policy(ref, OBS[0], ref.cfg.model.la_dim))
 
     def ours_backbone(data):
-        return lambda rows: ours(data.obs(rows))
+        return lambda rows: speed.forward(ours, data.obs(rows))
 
     def theirs_latent(batch):
         return theirs(batch["obs"][:, -2])
@@ -461,9 +480,10 @@ def test_lapo_plus_idm_decoder(benchmark, reference, frames):
     ref = reference
     our_idm, their_idm = _world_idm(ref, _cfg())
     their_idm.eval()
+    speed = speed_for(_cfg(), DEVICE)
 
     def ours_backbone(data):
-        return lambda rows: our_idm(*data.pairs(rows))
+        return lambda rows: _labels(speed, our_idm, data, rows)
 
     def theirs_latent(batch):
         return their_idm(batch["obs"])[0]["la"]
@@ -479,12 +499,13 @@ def test_lapo_plus_policy(benchmark, reference, frames):
     ref, cfg, data = reference, _cfg(), _unlabeled(frames)
     our_idm, their_idm = _world_idm(ref, cfg)
     our_head = _frozen(decoder_net(cfg, ACTIONS).to(DEVICE))
+    speed, seeds = speed_for(cfg, DEVICE), _Seeds()
 
     def label(rows):
-        return F.softmax(our_head(our_idm(*data.pairs(rows))), dim=-1)
+        return F.softmax(our_head(_labels(speed, our_idm, data, rows).float()), dim=-1)
 
     labels = in_chunks(label, len(data))
-    net, seeds, speed = action_policy_net(cfg, OBS, ACTIONS).to(DEVICE), _Seeds(), Speed(False)
+    net = speed.module(action_policy_net(cfg, OBS, ACTIONS).to(DEVICE))
 
     def ours():
         fit_on_frames(net, data, labels, _soft_ce, _budget(), lr=cfg.lr, batch_size=BATCH,

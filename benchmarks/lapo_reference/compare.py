@@ -151,6 +151,9 @@ def ssilbench_side(args, src: Path, work: Path) -> subprocess.Popen:
         "--results", str(results), "--data-root", str(data),
         "-c", "size=small", "-c", f"batch_size={args.batch}",
         "-c", f"world_model_batch={args.batch}", "-c", f"warmup_steps={args.warmup}",
+        # stage 1 from the run's seed, as the reference's stage 1 takes its ``seed``
+        # (ssilbench's default, world_model_seed=0, shares one stage 1 across seeds)
+        "-c", f"world_model_seed={args.seed}",
     ]  # fmt: skip
     import_cmd = cli + ["data", "import", "procgen", "--from", str(src), "--data-root", str(data)]
     script = " && ".join(" ".join(map(str, c)) for c in (import_cmd, run_cmd))

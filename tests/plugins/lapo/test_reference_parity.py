@@ -47,6 +47,7 @@ from ssilbench_lapo.world_model import (
     impala_net,
     optimise,
     schedules,
+    speed_for,
 )
 
 ENV = "SSILBENCH_LAPO_REFERENCE"
@@ -61,6 +62,9 @@ ACTIONS = 15
 # in the forward model's first convolutions, and fused and plain Adam round differently.
 OUTPUT_TOL = {"rtol": 1e-5, "atol": 1e-5}
 PARAM_TOL = {"rtol": 1e-4, "atol": 1e-6}
+# ssilbench's side trains as its stages do on the CPU: in the default config's memory
+# layout (channels-last), its modules and batches converted as ``speed_for`` does.
+LAYOUT = speed_for(WorldModelConfig(), torch.device("cpu"))
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -258,7 +262,7 @@ def _both(ref) -> tuple[WorldModelConfig, torch.nn.Module, torch.nn.Module, Worl
     mapped = to_ssilbench(state, cfg, OBS[0], world_model_mapping(cfg))
     missing, unexpected = ours.load_state_dict(mapped, strict=False)
     assert not unexpected and missing == ["quantiser.ema_steps"], (missing, unexpected)
-    return cfg, idm, wm, ours
+    return cfg, idm, wm, LAYOUT.module(ours)
 
 
 def _reference_step(idm, wm, obs: torch.Tensor, next_obs: torch.Tensor):
@@ -295,7 +299,7 @@ def test_one_batch_gives_the_same_outputs_and_losses(ref):
     cfg, idm, wm, ours = _both(ref)
     obs, next_obs = _batch()
     batch, wm_loss, vq_loss = _reference_step(idm, wm, obs, next_obs)
-    s, s_next = obs.float() / 255, next_obs.float() / 255
+    s, s_next = LAYOUT.images(obs.float() / 255), LAYOUT.images(next_obs.float() / 255)
     perm = latent_permutation(cfg)
     latent = ours.idm(s, s_next)
     quantised = ours.quantiser(latent)
@@ -390,7 +394,7 @@ def test_the_same_parameters_after_sgd_steps(ref):
     cfg, idm, wm, ours = _both(ref)
     initial = {k: v.detach().clone() for k, v in ours.state_dict().items()}
     obs, next_obs = _batch(1)
-    s, s_next = obs.float() / 255, next_obs.float() / 255
+    s, s_next = LAYOUT.images(obs.float() / 255), LAYOUT.images(next_obs.float() / 255)
     rows_seen = [torch.randperm(BATCH, generator=torch.Generator().manual_seed(i))
                  for i in range(STEPS)]  # fmt: skip
     params = [p for p in ours.parameters() if p.requires_grad]
@@ -414,17 +418,21 @@ def test_the_same_parameters_after_sgd_steps(ref):
     print(f"\nparity, {STEPS} SGD steps: losses {losses} / reference {theirs}; largest "
           f"difference of any tensor {everything:.3g}; update gap over all weights "
           f"{overall:.3g}")  # fmt: skip
-    assert losses == pytest.approx(theirs, rel=1e-6)
+    assert losses == pytest.approx(theirs, rel=1e-5)
     assert overall < 1e-3, overall
+    # Every tensor to float32 rounding: ssilbench's channels-last kernels (its CPU layout) sum
+    # in another order than the reference's contiguous ones, so the weights agree to a few
+    # 1e-5 (measured: 1.35e-05 at most; identical kernels gave 1.8e-07), not bit for bit.
     for key, value in expected.items():
-        torch.testing.assert_close(actual[key].float(), value.float(), **PARAM_TOL, msg=key)
+        torch.testing.assert_close(actual[key].float(), value.float(), rtol=1e-4, atol=5e-5,
+                                   msg=key)  # fmt: skip
 
 
 def test_the_same_parameters_after_adam_steps_of_the_stage_one_loop(ref):
     cfg, idm, wm, ours = _both(ref)
     initial = {k: v.detach().clone() for k, v in ours.state_dict().items()}
     obs, next_obs = _batch(1)
-    s, s_next = obs.float() / 255, next_obs.float() / 255
+    s, s_next = LAYOUT.images(obs.float() / 255), LAYOUT.images(next_obs.float() / 255)
     rows_seen: list[torch.Tensor] = []
     losses: list[float] = []
 
@@ -481,9 +489,10 @@ def test_the_latent_policy_and_the_decoding_head_match(ref):
         state[dst + key[len(src) :]] = value
     ours.load_state_dict(state)
     ours_decoder.load_state_dict(decoder.state_dict())
+    ours = LAYOUT.module(ours)
     obs = _batch(2)[0]
     theirs = decoder(policy(obs.float() / 255 - 0.5))
-    mine = ours_decoder(ours(obs.float() / 255))
+    mine = ours_decoder(LAYOUT.forward(ours, obs.float() / 255))
     print("\nparity, latent policy and decoder:", _largest(mine, theirs))
     torch.testing.assert_close(mine, theirs, **OUTPUT_TOL)
 
@@ -512,7 +521,7 @@ def test_a_short_stage_one_run_follows_the_same_curve(ref, optimiser):
     cfg, idm, wm, ours = _both(ref)
     frames = _moving_square(TRANSITIONS, seed=0)
     obs, next_obs = frames[:-1], frames[1:]
-    s, s_next = obs.float() / 255, next_obs.float() / 255
+    s, s_next = LAYOUT.images(obs.float() / 255), LAYOUT.images(next_obs.float() / 255)
     rows_seen: list[torch.Tensor] = []
     losses: list[float] = []
 
