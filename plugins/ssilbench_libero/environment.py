@@ -23,6 +23,9 @@ from ssilbench.api import (
     unknown,
 )
 from ssilbench_libero.tasks import (
+    ABSOLUTE_ACTION_HIGH,
+    ABSOLUTE_ACTION_LOW,
+    ABSOLUTE_ACTION_NAMES,
     ACTION_DIM,
     ACTION_LAYOUT,
     ACTION_NAMES,
@@ -49,6 +52,11 @@ if TYPE_CHECKING:
 # evaluation takes long on a CPU, so only the final policy is evaluated by default.
 DEFAULT_STEPS = 50_000
 NORMALISER_SOURCE = "success rate over the evaluation episodes: already 0..1"
+ABSOLUTE_ACTIONS_TEXT = (
+    "goal position (3, metres) and goal orientation (3, axis-angle in radians), world frame, "
+    "gripper (-1 open, +1 close); OSC_POSE controller with control_delta False, 20 Hz; the "
+    "demonstrations' delta actions converted by replaying them"
+)
 
 
 class Libero10Options(ChunkedControlOptions):
@@ -100,6 +108,14 @@ class Libero10Options(ChunkedControlOptions):
         description="Simulators alive at once during an evaluation: episodes are played in "
         "waves of at most this many (measured: 5 of the largest scene take 7.4 GB).",
     )
+    control: Literal["delta", "absolute"] = Field(
+        "delta",
+        description="How the arm's OSC_POSE controller reads actions. 'delta': LIBERO's "
+        "moves in [-1, 1] (the published demonstrations' actions); 'absolute': the goal pose "
+        "(position in metres, axis-angle in radians, world frame; the UVA reference's), with "
+        "the demonstrations' actions converted by replaying them at import (-o "
+        "control=absolute on 'data import' too; stored beside the delta dataset).",
+    )
     dataset: str = Field(
         "demos",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
@@ -125,9 +141,18 @@ class Libero10Options(ChunkedControlOptions):
         return tuple(t for t in TASK_IDS if t in ids)  # suite order, each once
 
 
-def dataset_dir(root: Path, name: str, task_id: str) -> Path:
-    """DATA_ROOT/libero10/<dataset>/<task>: the imported store of one task."""
-    return Path(root) / "libero10" / name / task_id
+def dataset_dir(root: Path, name: str, task_id: str, control: str = "delta") -> Path:
+    """DATA_ROOT/libero10/<dataset>/<task>: the imported store of one task (delta actions);
+    DATA_ROOT/libero10/<dataset>/absolute/<task> with the actions converted to absolute poses,
+    so that the two never stand in for each other."""
+    base = Path(root) / "libero10" / name
+    return base / task_id if control == "delta" else base / control / task_id
+
+
+def data_flags(options: Libero10Options) -> str:
+    """The -o flags a data command needs to write the dataset these options read."""
+    flags = "" if options.dataset == "demos" else f" -o dataset={options.dataset}"
+    return flags + ("" if options.control == "delta" else f" -o control={options.control}")
 
 
 def libero_spec(env_id: str, options: Libero10Options, max_steps: int, episodes: int, *,
@@ -138,6 +163,15 @@ def libero_spec(env_id: str, options: Libero10Options, max_steps: int, episodes:
     Every task's metadata also declares the action layout (``action_layout``); metadata is
     descriptive, outside the protocol fingerprint, so declaring it changed no run id."""
     metadata = {**metadata, "action_layout": {k: list(v) for k, v in ACTION_LAYOUT.items()}}
+    absolute = options.control == "absolute"
+    if absolute:
+        # Under delta control the spec is byte-identical to before the option existed, so
+        # fingerprints and run ids of delta runs are unchanged.
+        # Lists of action dimensions only (what models read the layout as): the dimensions
+        # that are absolute targets, the arm's pose; the gripper's command is as before.
+        metadata["action_layout"]["absolute"] = [0, 1, 2, 3, 4, 5]
+        metadata["control"] = "absolute"
+        metadata["actions"] = ABSOLUTE_ACTIONS_TEXT
     return EnvSpec(
         env_id=env_id,
         obs_shape=IMAGE_SHAPE,
@@ -145,9 +179,9 @@ def libero_spec(env_id: str, options: Libero10Options, max_steps: int, episodes:
         obs_kind="image",
         num_actions=ACTION_DIM,
         action_kind="continuous",
-        action_low=(-1.0,) * ACTION_DIM,
-        action_high=(1.0,) * ACTION_DIM,
-        action_names=ACTION_NAMES,
+        action_low=ABSOLUTE_ACTION_LOW if absolute else (-1.0,) * ACTION_DIM,
+        action_high=ABSOLUTE_ACTION_HIGH if absolute else (1.0,) * ACTION_DIM,
+        action_names=ABSOLUTE_ACTION_NAMES if absolute else ACTION_NAMES,
         extra_obs=extra_obs,
         frame_stack=options.frame_stack,
         action_chunk=options.action_chunk,
@@ -204,23 +238,33 @@ class Libero10Task(Task):
         )
 
     def data_dir(self, root: Path) -> Path:
-        return dataset_dir(root, self.options.dataset, self.task.id)
+        return dataset_dir(root, self.options.dataset, self.task.id, self.options.control)
 
     def dataset(self, root: Path) -> TransitionStore:
         from ssilbench.kit import TransitionStore
 
         path = self.data_dir(root)
         if not path.exists():
-            flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
+            flag = data_flags(self.options)
+            what = "" if self.options.control == "delta" else " with absolute actions"
             raise DatasetError(
-                f"No {self.env_id} dataset '{self.options.dataset}' at {path}. Download and "
+                f"No {self.env_id} dataset '{self.options.dataset}'{what} at {path}. Download and "
                 f"import the LIBERO-10 HDF5 files with 'ssilbench data download libero10 "
                 f"--tasks {self.task.id}{flag} --data-root {root}', or import the files you "
                 f"have with 'ssilbench data import libero10 --from DIR --tasks "
                 f"{self.task.id}{flag} --data-root {root}' (DIR holds {self.task.demo_file}; "
                 "see docs/environments/libero10.md)."
             )
-        return TransitionStore.open(path, verify=True)
+        store = TransitionStore.open(path, verify=True)
+        stored = store.manifest["metadata"].get("control", "delta")
+        if stored != self.options.control:
+            raise DatasetError(
+                f"{path} holds {stored} actions, but -o control={self.options.control} asks "
+                f"for {self.options.control} ones. Import it again with 'ssilbench data import "
+                f"libero10 --from DIR --tasks {self.task.id}{data_flags(self.options)} "
+                f"--replace --data-root {root}'."
+            )
+        return store
 
     def check_rollouts(self) -> None:
         # Whether LIBERO is installed and a headless renderer works, without importing the
@@ -237,7 +281,8 @@ class Libero10Task(Task):
 
         settings = dict(start=self.protocol.start, max_steps=self.max_steps,
                         frame_stack=self.options.frame_stack,
-                        first_init_state=self.options.first_init_state)  # fmt: skip
+                        first_init_state=self.options.first_init_state,
+                        control=self.options.control)  # fmt: skip
         if num_envs <= self.options.max_simulators:
             return Libero10VectorEnv(self.task, num_envs, seed=seed, **settings)  # type: ignore[arg-type]
         # More episodes than simulators may be alive: the evaluator plays them in waves.
@@ -324,9 +369,10 @@ class Libero10Multitask(Task):
         from ssilbench_libero.multitask import open_multitask
 
         missing = [t.id for t in self.tasks
-                   if not dataset_dir(root, self.options.dataset, t.id).exists()]  # fmt: skip
+                   if not dataset_dir(root, self.options.dataset, t.id,
+                                      self.options.control).exists()]  # fmt: skip
         if missing:
-            flag = "" if self.options.dataset == "demos" else f" -o dataset={self.options.dataset}"
+            flag = data_flags(self.options)
             raise DatasetError(
                 f"libero10:all trains one model on the ten tasks, but {len(missing)} of them "
                 f"are not imported into dataset '{self.options.dataset}' under {root}: "
@@ -352,7 +398,7 @@ class Libero10Multitask(Task):
                           max_steps=self.max_steps, frame_stack=self.options.frame_stack,
                           first_init_state=self.options.first_init_state,
                           language=self.embeddings(), max_alive=self.options.max_simulators,
-                          names=self.task_ids)  # fmt: skip
+                          names=self.task_ids, control=self.options.control)  # fmt: skip
 
 
 class Libero10Environment(Environment):
@@ -407,13 +453,18 @@ class Libero10Environment(Environment):
         files = locate_files(source, chosen, every=not tasks or "all" in tasks)
         # Check every file's layout before copying anything.
         plan = []
+        control = options.control  # type: ignore[attr-defined]
+        absolute = control == "absolute"
         for task in chosen:
-            target = dataset_dir(root, name, task.id)
+            target = dataset_dir(root, name, task.id, control)
             if not already_imported(target, replace, log, f"libero10:{task.id}:"):
-                plan.append((task, inspect_task_file(files[task.id], task), target))
+                plan.append((task, inspect_task_file(files[task.id], task, states=absolute),
+                             target))  # fmt: skip
         stores = []
         for task, layout, target in plan:
-            log(f"libero10:{task.id}: {len(layout.demos)} demonstrations, {layout.frames} "
-                f"frames -> {target}")  # fmt: skip
-            stores.append(import_task(layout, target, log))
+            log(
+                f"libero10:{task.id}: {len(layout.demos)} demonstrations, {layout.frames} "
+                f"frames -> {target}" + (" (absolute actions, replayed)" if absolute else "")
+            )
+            stores.append(import_task(layout, target, log, control=control))
         return stores

@@ -49,6 +49,7 @@ class EpisodeEnv(VectorEnv):
         max_alive: int | None = None,
         episodes: range | None = None,
         names: Sequence[str] | None = None,
+        control: str = "delta",
     ) -> None:
         if total < 1:
             raise ValueError(f"an evaluation needs at least 1 episode, got {total}")
@@ -59,7 +60,7 @@ class EpisodeEnv(VectorEnv):
         self.max_alive = max_alive
         self.language = None if language is None else np.asarray(language, dtype=np.float32)
         self._settings = dict(start=start, max_steps=max_steps, frame_stack=frame_stack,
-                              first_init_state=first_init_state)  # fmt: skip
+                              first_init_state=first_init_state, control=control)  # fmt: skip
         self._seed = seed
         n_tasks = len(self.tasks)
         global_ids = np.arange(self.episodes.start, self.episodes.stop)
@@ -74,7 +75,7 @@ class EpisodeEnv(VectorEnv):
             self._parts.append(Libero10VectorEnv(
                 self.tasks[k], len(where), seed, start=start, max_steps=max_steps,
                 frame_stack=frame_stack, first_init_state=(first_init_state + first) % 50,
-                env_offset=first,
+                env_offset=first, control=control,
             ))  # fmt: skip
             self._position.append(where)
         order = np.concatenate(self._position)
@@ -94,7 +95,8 @@ class EpisodeEnv(VectorEnv):
             dim = self.language.shape[1]
             single["language"] = spaces.Box(-np.inf, np.inf, (*stack, dim), np.float32)
         self.single_observation_space = spaces.Dict(single)
-        self.single_action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
+        # Every part has the same action space (delta's [-1, 1] or absolute's bounds).
+        self.single_action_space = self._parts[0].single_action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 

@@ -59,6 +59,8 @@ _KEYS: tuple[tuple[str, tuple[int, ...], str], ...] = (
     ("rewards", (), "number"),
     ("dones", (), "number"),
 )
+# The MuJoCo states, read only to replay absolute actions (-o control=absolute): (T, S).
+_STATES: tuple[str, tuple[Any, ...], str] = ("states", ("S",), "number")
 # Actions outside [-1, 1] by at most this much are rounding and are clipped.
 _ACTION_SLACK = 1e-3
 
@@ -114,8 +116,9 @@ def _normalise(text: str) -> str:
     return " ".join(text.lower().replace("_", " ").split()).rstrip(".")
 
 
-def inspect_task_file(path: Path, task: LiberoTask) -> TaskFile:
-    """Check a task file's layout from its metadata (no image is read)."""
+def inspect_task_file(path: Path, task: LiberoTask, states: bool = False) -> TaskFile:
+    """Check a task file's layout from its metadata (no image is read); with ``states`` also
+    each demonstration's MuJoCo states (absolute actions are replayed from them)."""
     h5py = _h5py()
     try:
         handle = h5py.File(path, "r")
@@ -152,7 +155,7 @@ def inspect_task_file(path: Path, task: LiberoTask) -> TaskFile:
             raise DatasetError(f"{path}: 'data' holds no demo_<i> groups.", path)
         demos = []
         for _, name in sorted(numbered):
-            demos.append((name, _check_demo(path, data[name], name)))
+            demos.append((name, _check_demo(path, data[name], name, states)))
         attributes = {}
         for key in ("env_name", "bddl_file_name"):
             if key in data.attrs:
@@ -161,10 +164,10 @@ def inspect_task_file(path: Path, task: LiberoTask) -> TaskFile:
     return TaskFile(task, Path(path), tuple(demos), language, attributes)
 
 
-def _check_demo(path: Path, group: Any, name: str) -> int:
+def _check_demo(path: Path, group: Any, name: str, states: bool = False) -> int:
     """The number of frames of one demonstration after checking every key's shape."""
     length = None
-    for key, trailing, kind in _KEYS:
+    for key, trailing, kind in _KEYS + ((_STATES,) if states else ()):
         where = f"data/{name}/{key}"
         item = group.get(key)
         if item is None or not hasattr(item, "shape"):
@@ -177,7 +180,12 @@ def _check_demo(path: Path, group: Any, name: str) -> int:
                 f"uint8 {trailing} (LIBERO's 128x128 RGB).",
                 path,
             )
-        if kind == "number" and key != "rewards" and key != "dones" and shape[1:] != trailing:
+        if key == "states" and len(shape) != 2:
+            raise DatasetError(f"{path}: '{where}' has shape {shape}; expected (T, S), one "
+                               "flattened MuJoCo state per step (-o control=absolute replays "
+                               "them).", path)  # fmt: skip
+        if key != "states" and kind == "number" and key not in ("rewards", "dones") \
+                and shape[1:] != trailing:  # fmt: skip
             width = "action width" if key == "actions" else "shape"
             raise DatasetError(f"{path}: '{where}' has shape {shape}; wrong {width}, expected "
                                f"(T, {', '.join(map(str, trailing))}).", path)  # fmt: skip
@@ -243,9 +251,22 @@ def _read_demo(path: Path, group: Any, name: str) -> dict[str, np.ndarray]:
 
 
 def import_task(
-    layout: TaskFile, path: Path, log: Callable[[str], None] = print
+    layout: TaskFile, path: Path, log: Callable[[str], None] = print, control: str = "delta"
 ) -> TransitionStore:
-    """Copy a checked task file into a store at ``path``, one demonstration at a time."""
+    """Copy a checked task file into a store at ``path``, one demonstration at a time; with
+    ``control="absolute"`` each demonstration's actions become the absolute goal poses its
+    delta actions aimed at, replayed from its states in the task's simulator."""
+    _h5py()  # before building a simulator: a missing h5py is said first
+    replay = _Replay(layout) if control == "absolute" else None
+    try:
+        return _copy(layout, path, log, control, replay)
+    finally:
+        if replay is not None:
+            replay.close()
+
+
+def _copy(layout: TaskFile, path: Path, log: Callable[[str], None], control: str,
+          replay: _Replay | None) -> TransitionStore:  # fmt: skip
     h5py = _h5py()
     task = layout.task
     producer = {
@@ -269,6 +290,8 @@ def import_task(
     ) as writer:  # fmt: skip
         for number, (name, length) in enumerate(layout.demos, 1):
             demo = _read_demo(layout.path, handle["data"][name], name)
+            if replay is not None:
+                demo["actions"] = replay.convert(handle["data"][name], name)
             ends = np.zeros(length, dtype=bool)
             ends[-1] = True
             writer.append(demo["obs"], demo["actions"], demo["rewards"], ends,
@@ -289,4 +312,66 @@ def import_task(
             "demo_length_mean": float(np.mean(lengths)),
             "demo_success_rate": successes / len(layout.demos),
         }
+        if replay is not None:
+            # Delta stores are written as before (their manifests, so dataset fingerprints,
+            # unchanged); a store without "control" holds delta actions.
+            writer.metadata["control"] = control
+            writer.metadata["actions"] = (
+                "absolute goal poses (position in metres, axis-angle in radians, world frame) "
+                "and the gripper, converted from the file's delta actions by replaying each "
+                "step from its recorded state in the delta-controlled simulator"
+            )
+            # Timed in the log, not the manifest: a manifest is the same for the same data.
+            log(f"  {layout.path.name}: absolute actions replayed in {replay.seconds:.1f} s "
+                f"({1000 * replay.seconds / max(sum(lengths), 1):.2f} ms a step, "
+                "building the simulator included)")  # fmt: skip
         return writer.commit()
+
+
+class _Replay:
+    """The task's simulator (no cameras) that turns delta actions into absolute ones."""
+
+    def __init__(self, layout: TaskFile) -> None:
+        import time
+
+        from ssilbench_libero.sim import make_replay_env, state_width, task_files
+
+        self.path = layout.path
+        start = time.perf_counter()
+        bddl_file, _ = task_files(layout.task)
+        self.env = make_replay_env(bddl_file)
+        self.env.reset()
+        self.width = state_width(self.env)
+        self.seconds = time.perf_counter() - start
+
+    def convert(self, group: Any, name: str) -> np.ndarray:
+        import time
+
+        from ssilbench_libero.sim import absolute_actions
+
+        try:
+            states = np.asarray(group["states"][()], dtype=np.float64)
+            actions = np.asarray(group["actions"][()], dtype=np.float64)
+        except (OSError, KeyError, ValueError) as exc:
+            raise DatasetError(f"{self.path}: 'data/{name}/states' cannot be read ({exc}): the "
+                               "file is corrupt or truncated. Download it again.",
+                               self.path) from None  # fmt: skip
+        if states.shape[1] != self.width:
+            raise DatasetError(
+                f"{self.path}: 'data/{name}/states' holds states of {states.shape[1]} numbers, "
+                f"but the installed LIBERO's {self.path.name.removesuffix('_demo.hdf5')} scene "
+                f"has {self.width} (time, joint positions, velocities): the file is not of "
+                "this scene, so its actions cannot be replayed. Import it without -o "
+                "control=absolute, or use LIBERO's own file.",
+                self.path,
+            )
+        if not np.isfinite(states).all():
+            raise DatasetError(f"{self.path}: 'data/{name}/states' holds NaN or infinite "
+                               "values.", self.path)  # fmt: skip
+        start = time.perf_counter()
+        out = absolute_actions(self.env, states, np.clip(actions, -1.0, 1.0))
+        self.seconds += time.perf_counter() - start
+        return out.astype(np.float32)
+
+    def close(self) -> None:
+        self.env.close()

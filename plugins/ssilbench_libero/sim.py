@@ -164,14 +164,122 @@ def task_files(task: LiberoTask) -> tuple[str, np.ndarray]:
     return suite.get_task_bddl_file_path(index), states
 
 
-def make_libero_env(bddl_file: str, image_size: int) -> Any:
-    """LIBERO's off-screen environment with the agent-view and wrist cameras."""
+def make_libero_env(bddl_file: str, image_size: int, control: str = "delta") -> Any:
+    """LIBERO's off-screen environment with the agent-view and wrist cameras; with
+    ``control="absolute"`` its OSC_POSE controller takes goal poses (``control_delta``
+    False, as the UVA reference's runner sets it)."""
     libero = import_libero()
     with _quiet():
-        return libero.envs.OffScreenRenderEnv(
+        env = libero.envs.OffScreenRenderEnv(
             bddl_file_name=bddl_file,
             camera_heights=image_size,
             camera_widths=image_size,
             # Episodes are cut by the vector environment, not by robosuite's horizon.
             ignore_done=True,
         )
+    set_control(env, control)
+    return env
+
+
+def set_control(env: Any, control: str) -> None:
+    """Make the arm's controller read delta or absolute poses. LIBERO builds its controller
+    configuration itself (no argument reaches it), and robosuite rebuilds its robots from
+    ``robot_configs`` at a hard reset and each robot's controller from its
+    ``controller_config`` at every reset: so the flag is set in both (for every later reset)
+    and on the live controller (for now)."""
+    if control not in ("delta", "absolute"):
+        raise ValueError(f"control must be 'delta' or 'absolute', got {control!r}")
+    for config in env.env.robot_configs:
+        config["controller_config"]["control_delta"] = control == "delta"
+    for robot in env.env.robots:
+        robot.controller_config["control_delta"] = control == "delta"
+        robot.controller.use_delta = control == "delta"
+
+
+def hold_action(env: Any) -> np.ndarray:
+    """The absolute action a zero delta action stands for now: the end effector's position
+    as the controller sees it, its current goal orientation (a zero rotation keeps it), the
+    gripper at 0. LIBERO's settle steps are zero delta actions; under absolute control a
+    zero action would send the hand to the world origin.
+
+    The controller's view is refreshed only as its own goal setting would refresh it (not
+    forced): right after a start state is placed it still holds the reset pose, so the
+    delta env's first zero action pulls towards that pose, and this one does the same. The
+    two settle into the same state."""
+    controller = env.env.robots[0].controller
+    controller.update()
+    return np.concatenate([np.array(controller.ee_pos, dtype=np.float64),
+                           _axis_angle(controller.goal_ori), [0.0]])  # fmt: skip
+
+
+def _axis_angle(matrix: np.ndarray) -> np.ndarray:
+    from robosuite.utils import transform_utils as T
+
+    return np.asarray(T.quat2axisangle(T.mat2quat(np.asarray(matrix))), dtype=np.float64)
+
+
+def make_replay_env(bddl_file: str) -> Any:
+    """LIBERO's environment of a task without cameras or a renderer, delta-controlled: what
+    the importer replays demonstrations in."""
+    import_libero()  # rendering chosen and LIBERO's problem classes registered
+    with _quiet():
+        from libero.libero.envs.env_wrapper import ControlEnv
+
+        return ControlEnv(
+            bddl_file_name=bddl_file,
+            has_offscreen_renderer=False,
+            use_camera_obs=False,
+            ignore_done=True,
+        )
+
+
+def state_width(env: Any) -> int:
+    """Width of a flattened MuJoCo state of this scene (time, qpos, qvel)."""
+    return int(np.asarray(env.env.sim.get_state().flatten()).shape[0])
+
+
+def absolute_actions(env: Any, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """A demonstration's delta actions as the absolute goal poses the delta controller aimed
+    at: the robomimic / diffusion_policy conversion (the UVA reference's data was converted
+    so). For each step the simulator is put into the recorded state, the delta controller
+    sets its goal from the delta action, and the goal is read: its position and its
+    orientation as an axis-angle; the gripper is kept. The controller persists across the
+    steps, as in the recorded episode, because a delta without rotation keeps the previous
+    goal orientation. ``env`` is delta-controlled (``make_replay_env``), reset once."""
+    sim = env.env.sim
+    robot = env.env.robots[0]
+    controller = robot.controller
+    dim = controller.control_dim
+    out = np.empty((len(actions), 7), dtype=np.float64)
+    for t in range(len(actions)):
+        sim.set_state_from_flattened(np.asarray(states[t], dtype=np.float64))
+        sim.forward()
+        controller.update(force=True)
+        controller.set_goal(np.asarray(actions[t][:dim], dtype=np.float64))
+        out[t, :3] = controller.goal_pos
+        out[t, 3:6] = _axis_angle(controller.goal_ori)
+        out[t, 6] = actions[t][-1]
+    return out
+
+
+def start_at(env: Any, state: np.ndarray) -> None:
+    """Put ``env`` into a recorded state as a demonstration's first step finds it: the MuJoCo
+    state set, the controller's view of the arm refreshed (else its first goal would start
+    from the pose before the state was set) and the gripper's command at rest (robosuite's
+    gripper accumulates its command outside the MuJoCo state; a reset zeroes it)."""
+    env.set_state(np.asarray(state, dtype=np.float64))
+    env.env.sim.forward()
+    for robot in env.env.robots:
+        robot.controller.update(force=True)
+        robot.gripper.current_action = np.zeros_like(robot.gripper.current_action)
+
+
+def replay_states(env: Any, states: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """The states a delta-controlled ``env`` reaches from ``states[0]`` stepping the recorded
+    actions (row t: before action t), to compare with the recorded states."""
+    start_at(env, states[0])
+    out = [env.get_sim_state().copy()]
+    for action in actions[:-1]:
+        env.step(np.asarray(action, dtype=np.float64))
+        out.append(env.get_sim_state().copy())
+    return np.stack(out)

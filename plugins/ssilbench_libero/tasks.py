@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 SUITE = "libero_10"
 IMAGE_SIZE = 128
 IMAGE_SHAPE = (IMAGE_SIZE, IMAGE_SIZE, 3)
@@ -18,6 +20,20 @@ ACTION_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
 # metadata["action_layout"]. The rotation is robosuite's OSC_POSE delta axis-angle, in the
 # controller's [-1, 1] input units.
 ACTION_LAYOUT = {"position": [0, 1, 2], "axis_angle": [3, 4, 5], "gripper": [6]}
+# How the OSC_POSE controller reads the arm's six numbers (the environment's -o control):
+# "delta", LIBERO's own (moves in [-1, 1] input units, scaled by the controller to at most
+# 5 cm and 0.5 rad a step), or "absolute", the UVA reference's (control_delta = False): the
+# goal pose itself, position in metres in the world frame and orientation as an axis-angle
+# in radians, both in the world frame. The layout of the seven numbers is the same.
+CONTROLS = ("delta", "absolute")
+ABSOLUTE_ACTION_NAMES = ("x", "y", "z", "rx", "ry", "rz", "gripper")
+# Bounds of absolute actions: the axis-angle's angle is at most pi; the position box holds
+# every goal a Panda mounted in a LIBERO-10 scene can reach, with room to spare: its reach is
+# 0.855 m and its base stands at x -0.75 .. -0.51, y 0, z 0.42 .. 0.912 in the nine scenes
+# (read from the installed LIBERO's robots). Outside values are clipped, as delta actions are
+# to [-1, 1].
+ABSOLUTE_ACTION_LOW = (-2.0, -2.0, -1.0, -np.pi, -np.pi, -np.pi, -1.0)
+ABSOLUTE_ACTION_HIGH = (2.0, 2.0, 3.0, np.pi, np.pi, np.pi, 1.0)
 # Proprioception as the demonstrations store it: obs/gripper_states (2 finger positions)
 # then obs/joint_states (7 arm joint angles); in the simulator robot0_gripper_qpos and
 # robot0_joint_pos.

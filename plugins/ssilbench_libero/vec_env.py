@@ -32,6 +32,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ssilbench_libero.tasks import (
+    ABSOLUTE_ACTION_HIGH,
+    ABSOLUTE_ACTION_LOW,
     ACTION_DIM,
     IMAGE_SHAPE,
     IMAGE_SIZE,
@@ -92,6 +94,7 @@ class Libero10VectorEnv(VectorEnv):
         first_init_state: int = 0,
         settle_steps: int = SETTLE_STEPS,
         env_offset: int = 0,
+        control: str = "delta",
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, got {num_envs}")
@@ -105,6 +108,9 @@ class Libero10VectorEnv(VectorEnv):
         # Sub-environment i seeds its episodes as sub-environment env_offset + i would: a
         # wave of an evaluation (EpisodeWaves) plays the same episodes as one env of all.
         self.env_offset = int(env_offset)
+        if control not in ("delta", "absolute"):
+            raise ValueError(f"control must be 'delta' or 'absolute', got {control!r}")
+        self.control = control
         stack = (self.frame_stack,) if self.frame_stack > 1 else ()
         layout = observation_layout()
         self.single_observation_space = spaces.Dict({
@@ -112,7 +118,15 @@ class Libero10VectorEnv(VectorEnv):
             "wrist": spaces.Box(0, 255, (*stack, *IMAGE_SHAPE), np.uint8),
             "proprio": spaces.Box(-np.inf, np.inf, (*stack, PROPRIO_DIM), np.float32),
         })  # fmt: skip
-        self.single_action_space = spaces.Box(-1.0, 1.0, (ACTION_DIM,), np.float32)
+        if control == "absolute":
+            low, high = ABSOLUTE_ACTION_LOW, ABSOLUTE_ACTION_HIGH
+        else:
+            low, high = (-1.0,) * ACTION_DIM, (1.0,) * ACTION_DIM
+        self._low = np.asarray(low, dtype=np.float64)
+        self._high = np.asarray(high, dtype=np.float64)
+        self.single_action_space = spaces.Box(self._low.astype(np.float32),
+                                              self._high.astype(np.float32), (ACTION_DIM,),
+                                              np.float32)  # fmt: skip
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._seed = int(seed)
@@ -143,7 +157,7 @@ class Libero10VectorEnv(VectorEnv):
         self._init_states = init_states
         try:
             for _ in range(self.num_envs):
-                self._envs.append(make_libero_env(bddl_file, IMAGE_SIZE))
+                self._envs.append(make_libero_env(bddl_file, IMAGE_SIZE, self.control))
         except BaseException:
             self.close_extras()
             raise
@@ -155,6 +169,8 @@ class Libero10VectorEnv(VectorEnv):
         # reset only, and give everyone else theirs back.
         saved = np.random.get_state()
         try:
+            from ssilbench_libero.sim import hold_action
+
             np.random.seed(seed)
             raw = env.reset()
             if self.start == "init_states":
@@ -168,7 +184,9 @@ class Libero10VectorEnv(VectorEnv):
                 self.init_state_index[i] = -1
             zero = np.zeros(ACTION_DIM, dtype=np.float64)
             for _ in range(self.settle_steps):
-                raw, _, _, _ = env.step(zero)
+                # Under absolute control a zero action is the world origin: hold the pose.
+                action = zero if self.control == "delta" else hold_action(env)
+                raw, _, _, _ = env.step(action)
         finally:
             np.random.set_state(saved)
         frame = frame_from_libero(raw)
@@ -209,7 +227,7 @@ class Libero10VectorEnv(VectorEnv):
         if not self._started.all():
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, ACTION_DIM)
-        actions = np.clip(actions, -1.0, 1.0)
+        actions = np.clip(actions, self._low, self._high)
         rewards = np.zeros(self.num_envs, dtype=np.float32)
         success = np.zeros(self.num_envs, dtype=bool)
         for i, env in enumerate(self._envs):
