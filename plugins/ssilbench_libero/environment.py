@@ -384,9 +384,12 @@ class Libero10Multitask(Task):
             )
         single = self.options.model_copy(update={"multitask": False})
         stores = [Libero10Task(t.id, single).dataset(root) for t in self.tasks]
+        # The joined store is named by the folder its task stores lie in (the absolute ones
+        # in <dataset>/absolute); the language cache stays in <dataset> for both controls.
+        folder = dataset_dir(root, self.options.dataset, "", self.options.control)
         return open_multitask(stores, self.task_ids, self.embeddings(root),
                               {k: v for k, v in self.conditioning.items() if k != "encoder"},
-                              Path(root) / "libero10" / self.options.dataset)  # fmt: skip
+                              folder)  # fmt: skip
 
     def check_rollouts(self) -> None:
         Libero10Task(self.task_ids[0], self.options).check_rollouts()
