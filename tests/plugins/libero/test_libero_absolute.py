@@ -249,6 +249,8 @@ def test_absolute_import_and_rollout_follow_the_delta_episode(recorded, tmp_path
         venv.reset(seed=SEED)
         env = venv._envs[0]
         assert env.env.robots[0].controller.use_delta is False
+        high = np.asarray(spec.action_high, dtype=np.float32)
+        np.testing.assert_array_equal(venv.single_action_space.high, high)
         settled = env.get_sim_state()
         tracked = []
         for action in absolute:
