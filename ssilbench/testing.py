@@ -20,6 +20,8 @@ the core module that defines it on first access, so this module stays light):
 - ``partial_path(root)``: where a store is written before it is complete;
 - ``random_store(spec, root)``: a small store of random frames and actions of a task's
   shape, for testing a method or an architecture on a task without its data;
+  ``offline_context(spec, folder)``: a ``RunContext`` on such a store (its split, a stage
+  plan that never evaluates, the installed architectures), with the store;
 - ``run_records(results)``: the runs a results folder records, as dicts of their columns
   (after ``ssilbench run`` in a subprocess, say); ``usage_error(result)``: the one-line
   message of a command that refused its input (exit code 2, no traceback);
@@ -84,6 +86,7 @@ __all__ = [
     "load_plugins",
     "partial_path",
     "random_store",
+    "offline_context",
     "rollout_returns",
     "run_episodes",
     "imported_after",
@@ -312,6 +315,38 @@ def random_store(
         {"random_store": {"seed": seed}},
         extras=extras,
     )
+
+
+def offline_context(
+    spec: EnvSpec,
+    folder: Path,
+    *,
+    episodes: int = 3,
+    length: int = 20,
+    seed: int = 0,
+    budget: str = "1",
+    stages: Iterable[Any] = (),
+) -> tuple[Any, TransitionStore]:
+    """A :class:`ssilbench.api.RunContext` on a :func:`random_store` of the task's shape
+    written under ``folder`` (D_L the first ``budget`` demonstrations, D_U the rest), with a
+    plan of ``stages`` that never evaluates, a stage cache under ``folder`` and the installed
+    architectures; and the store. What a method's tests need to build its models by hand."""
+    import torch
+
+    from ssilbench.api import RunContext, StagePlan
+    from ssilbench.data.split import split
+    from ssilbench.plugins import load_plugins
+    from ssilbench.train.memo import StageCache
+
+    store = random_store(spec, Path(folder) / "data", episodes, length, seed)
+    labeled, unlabeled = split(store, budget, 0, "demonstrations")
+    plan = StagePlan(list(stages), eval_every=10**9, evaluate=lambda policy: None,
+                     cache=StageCache(Path(folder) / "cache"))  # fmt: skip
+    ctx = RunContext(config=None, spec=spec, labeled=labeled, unlabeled=unlabeled,
+                     video_model=None, device=torch.device("cpu"), seed=0, plan=plan,
+                     architectures=load_plugins().architectures.create,
+                     evaluate=lambda policy: 0.0, log=lambda _: None)  # fmt: skip
+    return ctx, store
 
 
 def run_records(results: Path) -> list[dict[str, Any]]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from ssilbench.api import RunContext, Stage, StagePlan
+from ssilbench.api import Stage
 from ssilbench.kit import unified
-from ssilbench.testing import StageCache, load_plugins, random_store, split
+from ssilbench.testing import load_plugins, offline_context
 from ssilbench_uva.architecture import Batches, conditioning, vectors
 
 TINY = {
@@ -27,14 +27,9 @@ def test_the_conditioning_vector_reaches_the_network(tmp_path):
                           action_execute=2)  # fmt: skip
     spec = env.load("all", options).spec
     assert conditioning(spec) == ("language", 2) and vectors(spec) == ["proprio"]
-    store = random_store(spec, tmp_path / "data", episodes=2, length=8, seed=1)
-    labeled, unlabeled = split(store, "1", 0, "demonstrations")
-    plan = StagePlan([Stage("policy", 2, policy=True)], eval_every=10**9,
-                     evaluate=lambda p: None, cache=StageCache(tmp_path / "cache"))  # fmt: skip
-    ctx = RunContext(config=None, spec=spec, labeled=labeled, unlabeled=unlabeled,
-                     video_model=None, device=torch.device("cpu"), seed=0, plan=plan,
-                     architectures=plugins.architectures.create, evaluate=lambda p: 0.0,
-                     log=lambda _: None)  # fmt: skip
+    stages = [Stage("policy", 2, policy=True)]
+    ctx, store = offline_context(spec, tmp_path, episodes=2, length=8, seed=1, stages=stages)
+    labeled, plan = ctx.labeled, ctx.plan
     model = unified(ctx, "uva", TINY)
     assert model.net.condition is not None
     assert model.net.condition.condition_proj.in_features == 2

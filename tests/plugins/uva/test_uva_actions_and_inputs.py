@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from ssilbench.api import ConfigError, EnvSpec, RunContext, Stage, StagePlan
+from ssilbench.api import ConfigError, EnvSpec, Stage
 from ssilbench.kit import unified
-from ssilbench.testing import StageCache, load_plugins, random_store, split
+from ssilbench.testing import load_plugins, offline_context
 from ssilbench_uva.actions import (
     ActionCodec,
     axis_angle_to_matrix,
@@ -216,16 +216,8 @@ def test_rotation_6d_needs_a_declared_axis_angle():
 
 # --- end to end on LIBERO-10's spec ------------------------------------------------------------
 def context(tmp_path, spec):
-    plugins = load_plugins()
-    store = random_store(spec, tmp_path / "data", episodes=3, length=10, seed=1)
-    labeled, unlabeled = split(store, "2", 0, "demonstrations")
-    plan = StagePlan([Stage("policy", 2, policy=True)], eval_every=10**9,
-                     evaluate=lambda p: None, cache=StageCache(tmp_path / "cache"))  # fmt: skip
-    ctx = RunContext(config=None, spec=spec, labeled=labeled, unlabeled=unlabeled,
-                     video_model=None, device=torch.device("cpu"), seed=0, plan=plan,
-                     architectures=plugins.architectures.create, evaluate=lambda p: 0.0,
-                     log=lambda _: None)  # fmt: skip
-    return ctx, store
+    stages = [Stage("policy", 2, policy=True)]
+    return offline_context(spec, tmp_path, length=10, seed=1, budget="2", stages=stages)
 
 
 @pytest.mark.parametrize("setup", ["reference", "today"])

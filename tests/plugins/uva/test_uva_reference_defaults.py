@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from ssilbench.api import ConfigError, RunContext, Stage, StagePlan
+from ssilbench.api import ConfigError, Stage, StagePlan
 from ssilbench.kit import unified
-from ssilbench.testing import StageCache, load_plugins, random_store, split
+from ssilbench.testing import load_plugins, offline_context
 from ssilbench_uva.model import FusedUVANet, Layout, UVANet
 from ssilbench_uva.modes import MODES, mode_masks, reference_mask, truncated_ratio
 from ssilbench_uva.options import LEGACY, UVABaseOptions, UVAOptions
@@ -281,19 +281,9 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def task_ctx(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("uva")
-    plugins = load_plugins()
-    env = plugins.environments.create("pusht")
+    env = load_plugins().environments.create("pusht")
     task = env.load("pusht", env.Options())
-    store = random_store(task.spec, tmp / "data", episodes=3, length=20, seed=1)
-    labeled, unlabeled = split(store, "1", 0, "demonstrations")
-    plan = StagePlan([], eval_every=10**9, evaluate=lambda p: None,
-                     cache=StageCache(tmp / "cache"))  # fmt: skip
-    ctx = RunContext(config=None, spec=task.spec, labeled=labeled, unlabeled=unlabeled,
-                     video_model=None, device=torch.device("cpu"), seed=0, plan=plan,
-                     architectures=plugins.architectures.create, evaluate=lambda p: 0.0,
-                     log=lambda _: None)  # fmt: skip
-    return ctx, store
+    return offline_context(task.spec, tmp_path_factory.mktemp("uva"), seed=1)
 
 
 def _abs_sum(net) -> float:

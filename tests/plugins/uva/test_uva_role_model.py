@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ssilbench.api import RunContext, Stage, StagePlan, StoppingRule
+from ssilbench.api import Stage, StoppingRule
 from ssilbench.kit import unified
-from ssilbench.testing import StageCache, load_plugins, random_store, split
+from ssilbench.testing import load_plugins, offline_context
 
 # A tiny model: seconds per run on a CPU (the point is the pipeline, not the score).
 TINY = {
@@ -25,15 +25,9 @@ def test_label_then_train_on_labels_and_both_sampling_paths(tmp_path):
     plugins = load_plugins()
     env = plugins.environments.create("pusht")
     task = env.load("pusht", env.Options())
-    store = random_store(task.spec, tmp_path / "data", episodes=3, length=20, seed=1)
-    labeled, unlabeled = split(store, "1", 0, "demonstrations")
-    plan = StagePlan([], eval_every=10**9, evaluate=lambda p: None,
-                     cache=StageCache(tmp_path / "cache"))  # fmt: skip
-    ctx = RunContext(config=None, spec=task.spec, labeled=labeled, unlabeled=unlabeled,
-                     video_model=None, device=torch.device("cpu"), seed=0, plan=plan,
-                     architectures=plugins.architectures.create, evaluate=lambda p: 0.0,
-                     log=lambda _: None)  # fmt: skip
-    plan.stages = [Stage("idm", 3), Stage("policy", 3, policy=True)]
+    stages = [Stage("idm", 3), Stage("policy", 3, policy=True)]
+    ctx, store = offline_context(task.spec, tmp_path, seed=1, stages=stages)
+    labeled, unlabeled, plan = ctx.labeled, ctx.unlabeled, ctx.plan
     model = unified(ctx, "uva", TINY)
     model.train(["idm"], labeled, plan.stage("idm"), seed=0)
     labels = model.label(unlabeled)
