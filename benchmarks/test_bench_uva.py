@@ -128,12 +128,9 @@ def _obs(batch: int = 1) -> dict[str, torch.Tensor]:
     return {"obs": images.to(DEVICE), "agent_pos": (512 * torch.rand(batch, 4, 2)).to(DEVICE)}
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("size", SIZES)
-def test_train_step(benchmark, size, mode):
-    """One task mode's training (``UVARoleModel.train`` with that mode as its role)."""
-    shared, view = _shared(size)
-    batch, steps = shared.options.batch_size, STEPS[size]
+def _time_training(benchmark, shared, view, mode: str, steps: int, rounds: int) -> None:
+    """Times ``rounds`` rounds of ``steps`` training steps of one mode on random labels,
+    after one untimed round (allocator, Adam state, lazy initialisation)."""
     model = UVARoleModel(shared, init_state=None)
     lay = shared.layout
     labels = np.random.default_rng(0).uniform(-1, 1, (len(view), lay.chunk, lay.action_dim))
@@ -143,8 +140,17 @@ def test_train_step(benchmark, size, mode):
         model.train([mode], view, _budget(steps), seed=0, labels=labels)
         _sync()
 
-    run()  # warm-up: allocator, Adam state, lazy initialisation
-    benchmark.pedantic(run, rounds=ROUNDS[size], iterations=1)
+    run()
+    benchmark.pedantic(run, rounds=rounds, iterations=1)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size", SIZES)
+def test_train_step(benchmark, size, mode):
+    """One task mode's training (``UVARoleModel.train`` with that mode as its role)."""
+    shared, view = _shared(size)
+    batch, steps, lay = shared.options.batch_size, STEPS[size], shared.layout
+    _time_training(benchmark, shared, view, mode, steps, ROUNDS[size])
     rate = steps * batch / benchmark.stats["mean"]
     benchmark.extra_info.update(samples_per_s=round(rate, 2), batch=batch, steps=steps,
                                 tokens=lay.total)  # fmt: skip
@@ -289,18 +295,8 @@ def test_libero_train_step(benchmark, setup, mode):
     view and the wrist camera stacked: 128 tokens per frame, proprioception, 7 numbers).
     Frames, proprioception and labels are random (no timing depends on them)."""
     shared, view = _libero_shared(setup)
-    batch, steps = shared.options.batch_size, STEPS["small"]
-    model = UVARoleModel(shared, init_state=None)
-    lay = shared.layout
-    labels = np.random.default_rng(0).uniform(-1, 1, (len(view), lay.chunk, lay.action_dim))
-    labels = labels.astype(np.float32)
-
-    def run():
-        model.train([mode], view, _budget(steps), seed=0, labels=labels)
-        _sync()
-
-    run()
-    benchmark.pedantic(run, rounds=ROUNDS["small"], iterations=1)
+    batch, steps, lay = shared.options.batch_size, STEPS["small"], shared.layout
+    _time_training(benchmark, shared, view, mode, steps, ROUNDS["small"])
     ms = benchmark.stats["mean"] / steps * 1e3
     # The fused layout's sequence: one token per future-frame patch of every camera.
     benchmark.extra_info.update(ms_per_step=round(ms, 1), tokens=lay.future_tokens,
