@@ -24,6 +24,7 @@ from ssilbench_libero.sim import libero_available
 from ssilbench_libero.tasks import TASKS
 
 from .test_libero_data import write_task_file
+from .test_libero_uva import uva_smoke_run
 
 h5py = pytest.importorskip("h5py", reason="h5py is not installed: pip install 'ssilbench[libero]'")
 needs_libero = pytest.mark.skipif(
@@ -282,7 +283,6 @@ def test_uva_trains_and_rolls_out_with_absolute_actions(recorded, cli):
     """Through the CLI: the import with -o control=absolute, then UVA (its defaults: the
     10-number actions, here of absolute poses) trained and rolled out in the real scene with
     the absolute controller."""
-    from ssilbench.testing import run_records
 
     folder = recorded[0]
     imported = cli("data", "import", "libero10", "--from", str(folder), "--tasks", TASK.id,
@@ -290,16 +290,8 @@ def test_uva_trains_and_rolls_out_with_absolute_actions(recorded, cli):
     assert imported.returncode == 0, imported.stderr
     assert dataset_dir(cli.data, "demos", TASK.id, "absolute").exists()
     assert not dataset_dir(cli.data, "demos", TASK.id).exists()
-    result = cli.run("--method", "uva", "--env", f"libero10:{TASK.id}", "--budgets", "2",
-                     "--steps", "3", "-o", "control=absolute", "-o", "protocol=smoke",
-                     "-o", "max_steps=10", "-c", "arch_options=" + json.dumps(TINY),
-                     timeout=900)  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    [record] = run_records(cli.results)
-    assert record["status"] == "done", record["error"]
-    metrics = json.loads(record["metrics"])
-    assert metrics["labeled_demonstrations"] == 2
-    assert metrics["success_rate"] in (0.0, 0.5, 1.0)  # two smoke episodes in the real scene
+    uva_smoke_run(cli, TASK.id, "-o", "control=absolute", "-c",
+                  "arch_options=" + json.dumps(TINY))  # fmt: skip
 
 
 class _FakeReplay:

@@ -41,12 +41,18 @@ def test_uva_runs_a_libero10_task_end_to_end(cli, extra):
     imported = cli("data", "import", "libero10", "--from", str(cli.tmp / "hdf5"),
                    "--data-root", str(cli.data), "--tasks", task.id)  # fmt: skip
     assert imported.returncode == 0, imported.stderr
-    result = cli.run("--method", "uva", "--env", f"libero10:{task.id}", "--budgets", "2",
-                     "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10",
-                     *(extra or ARCH), timeout=900)  # fmt: skip
+    uva_smoke_run(cli, task.id, *(extra or ARCH))
+
+
+def uva_smoke_run(cli, task_id: str, *args: str) -> None:
+    """``ssilbench run --method uva`` on one task, 2 labeled demonstrations, 3 steps, and
+    the smoke protocol's two short episodes in the real scene: the run ends done."""
+    result = cli.run("--method", "uva", "--env", f"libero10:{task_id}", "--budgets", "2",
+                     "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10", *args,
+                     timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr
     [record] = run_records(cli.results)
     assert record["status"] == "done", record["error"]
     metrics = json.loads(record["metrics"])
     assert metrics["labeled_demonstrations"] == 2
-    assert metrics["success_rate"] in (0.0, 0.5, 1.0)  # two smoke episodes in the real scene
+    assert metrics["success_rate"] in (0.0, 0.5, 1.0)
