@@ -99,7 +99,7 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @count_option(
     "--checkpoint-every",
     help="Save each run's training state every N steps (RESULTS/checkpoints) so that a "
-    "killed run resumes where it was; runs then train one at a time.",
+    "killed run resumes where it was (a stacked group saves each of its runs).",
 )
 @click.option(
     "--executor",
