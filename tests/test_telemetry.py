@@ -17,6 +17,7 @@ from ssilbench.runner.results_db import ResultsStore, RunOutcome, RunRecord
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.store_file import SCHEMA_VERSION
 from ssilbench.runner.telemetry import MAX_POINTS, RunTelemetry, Series, thin
+from ssilbench.testing import cli_exit_code
 
 
 def test_thin_keeps_first_last_and_bounds_the_size():
@@ -152,6 +153,20 @@ def test_an_export_without_curves_is_format_1(tmp_path):
     export_results(ResultsStore.open_read_only(tmp_path / "a"), out)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines[0]["version"] == 1 and "curves" not in lines[1]
+
+
+def test_an_export_may_leave_the_curves_out(tmp_path):
+    _finished(tmp_path / "a")
+    out = tmp_path / "runs.jsonl"
+    assert cli_exit_code("results", "export", "--results", str(tmp_path / "a"), "--out",
+                         str(out), "--no-curves") == 0  # fmt: skip
+    header, line = (json.loads(x) for x in out.read_text().splitlines())
+    assert header["version"] == 1 and "curves" not in line
+    with_curves = tmp_path / "with.jsonl"
+    export_results(ResultsStore.open_read_only(tmp_path / "a"), with_curves)
+    [run] = read_export(with_curves)
+    [plain] = read_export(out)
+    assert plain.to_row() == run.to_row() and run.curves == CURVES and not plain.curves
 
 
 def test_a_bad_curve_is_refused(tmp_path):

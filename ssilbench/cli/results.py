@@ -23,14 +23,21 @@ def results() -> None:
     help="File to write; gzip-compressed when its name ends in .gz (e.g. runs.jsonl.gz).",
 )
 @click.option("--all", "everything", is_flag=True, help="Failed and unfinished runs too.")
-def results_export(results: str, out: str, everything: bool) -> None:
+@click.option(
+    "--curves/--no-curves",
+    default=True,
+    show_default=True,
+    help="Include each run's training curves (--no-curves: a smaller file; reports and "
+    "leaderboards do not read them).",
+)
+def results_export(results: str, out: str, everything: bool, curves: bool) -> None:
     """Write the finished runs (every column) to OUT, one JSON object per line, sorted by run
     id: the same runs give the same bytes. OUT ending in .gz is gzip-compressed."""
     from ssilbench.runner.exchange import export_results
     from ssilbench.runner.results_db import STATUSES, ResultsStore
 
     with ResultsStore.open_read_only(Path(results)) as store:
-        count = export_results(store, Path(out), STATUSES if everything else ("done",))
+        count = export_results(store, Path(out), STATUSES if everything else ("done",), curves)
     click.echo(f"wrote {count} run(s) to {out}", err=True)
 
 

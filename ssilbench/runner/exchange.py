@@ -45,10 +45,14 @@ def is_compressed(path: Path) -> bool:
     return Path(path).suffix == ".gz"
 
 
-def export_results(store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",)) -> int:
+def export_results(
+    store: ResultsStore, out: Path, statuses: tuple[str, ...] = ("done",), curves: bool = True
+) -> int:
     """Write the runs with these statuses to ``out`` (atomically; gzip-compressed when its
-    name ends in ``.gz``), sorted by run id; returns how many."""
-    rows = sorted((r for r in store.rows(None, curves=True) if r.status in statuses),
+    name ends in ``.gz``), sorted by run id; returns how many. ``curves=False`` leaves the
+    training curves out (they are most of an export's size, and results and reports do not
+    read them)."""
+    rows = sorted((r for r in store.rows(None, curves=curves) if r.status in statuses),
                   key=lambda r: r.run_id)  # fmt: skip
     lines = [{**row.to_row(), **({"curves": row.curves} if row.curves else {})} for row in rows]
     version = VERSION if any("curves" in line for line in lines) else 1
