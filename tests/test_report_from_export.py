@@ -163,6 +163,7 @@ def test_the_report_says_how_the_runs_were_made(study, capsys):
     assert "\nMachine: cpu (x86_64, 1 threads) on host box (24 runs).\n" in text
     assert ("\nWall time: 108 s summed over the durations of the 24 runs; 234 s from the "
             "first start to the last finish.\n") in text  # fmt: skip
+    assert "resumed" not in text  # no run resumed from a checkpoint
     assert "How claims are judged" in text
     assert "| The gap grows | yes | p = 5.0e-04 (bootstrap, n = 3) |" in text
 
@@ -200,3 +201,25 @@ def test_bad_sources_are_one_message_and_exit_2(study, capsys, flags, make, mess
     code, err = cli(capsys, "report", "--sweep", "study.toml", *flags, "--out", "r.md")
     assert code == 2 and message in err, err
     assert "Traceback" not in err and not Path("r.md").exists()
+
+
+def test_the_wall_time_says_what_resumed_runs_count(study):
+    """A run resumed from a checkpoint counts its earlier attempts only when the checkpoint
+    recorded their time (``resumed_seconds``); the report says which is which."""
+    from dataclasses import replace
+
+    from ssilbench.leaderboard.studies import provenance
+
+    sweep_file = load_sweep_file(Path("study.toml"))
+    counted = {"policy": {"declared": 40, "used": 40, "resumed_from": 20,
+                          "resumed_seconds": 2.0}}  # fmt: skip
+    uncounted = {"policy": {"declared": 40, "used": 40, "resumed_from": 20}}
+    runs = ([replace(r, stages=counted) for r in study[:3]]
+            + [replace(r, stages=uncounted) for r in study[3:4]] + study[4:])  # fmt: skip
+    [wall] = [line for line in provenance(sweep_file, False, runs) if line.startswith("Wall")]
+    assert wall.endswith(
+        "first start to the last finish. 3 of the runs resumed from a checkpoint; their "
+        "durations include the earlier attempts up to that checkpoint. 1 of the runs resumed "
+        "from a checkpoint that did not record the time spent before it; their durations are "
+        "only the attempt that finished them."
+    )

@@ -61,6 +61,48 @@ def test_a_stage_resumed_from_its_checkpoint_is_bit_identical(tmp_path):
     assert timeline == ref_timeline  # evaluations before the kill came back from the file
 
 
+class Clock:
+    def __init__(self, now: float):
+        self.now = now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_a_resumed_run_counts_the_time_its_checkpoint_recorded(tmp_path, monkeypatch):
+    clock = Clock(100.0)
+    monkeypatch.setattr("ssilbench.train.checkpoint.time", clock)
+    first = RunCheckpoints(tmp_path, 10, [])
+    first.share = 2  # stacked with one other run: half of the attempt's time is this run's
+    clock.now = 110.0
+    first.save("fit", {"used": 10})
+    assert torch.load(tmp_path / "fit.pt", weights_only=True)["seconds"] == 5.0
+
+    clock.now = 500.0  # the next attempt, alone
+    again = RunCheckpoints(tmp_path, 10, [])
+    clock.now = 504.0  # 4 s to get back to the stage (data, earlier stages)
+    assert again.load("fit") == {"used": 10}
+    assert again.resumed_seconds == {"fit": 5.0}
+    assert again.earlier == 1.0  # the 4 s redone are counted once, in the checkpoint's 5 s
+    clock.now = 510.0
+    assert again.seconds() == 11.0
+
+
+def test_a_checkpoint_without_a_recorded_time_counts_nothing_earlier(tmp_path):
+    torch.save({"used": 10, "timeline": [], "torch_rng": torch.get_rng_state()},
+               tmp_path / "fit.pt")  # as written before checkpoints had a time  # fmt: skip
+    checkpoints = RunCheckpoints(tmp_path, 10, [])
+    assert checkpoints.load("fit") == {"used": 10}
+    assert checkpoints.earlier == 0.0 and checkpoints.resumed_seconds == {}
+    # Its later checkpoints cannot know the run's time either: they say so, and a run
+    # resumed from one of them counts nothing earlier.
+    checkpoints.save("fit", {"used": 20})
+    assert torch.load(tmp_path / "fit.pt", weights_only=True)["seconds"] is None
+    again = RunCheckpoints(tmp_path, 10, [])
+    assert again.load("fit") == {"used": 20}
+    assert again.earlier == 0.0 and again.resumed_seconds == {}
+
+
 def test_a_damaged_checkpoint_starts_the_stage_over(tmp_path):
     with pytest.raises(Killed):
         train(tmp_path, kill_at=100)
@@ -81,11 +123,13 @@ SWEEP = ["--method", "bc", "--env", "maze:10x10", "--budgets", "256", "--seeds",
 def _result(results):
     db = sqlite3.connect(results / "results.sqlite")
     try:
-        rows = db.execute("SELECT status, attempts, metrics, timeline, stages FROM runs").fetchall()
+        rows = db.execute(
+            "SELECT status, attempts, wall_time, metrics, timeline, stages FROM runs"
+        ).fetchall()
     finally:
         db.close()
-    return [(s, a, json.loads(m or "null"), json.loads(t or "null"), json.loads(st or "null"))
-            for s, a, m, t, st in rows]  # fmt: skip
+    return [(s, a, w, json.loads(m or "null"), json.loads(t or "null"), json.loads(st or "null"))
+            for s, a, w, m, t, st in rows]  # fmt: skip
 
 
 def _wait_for_checkpoint(results, proc, timeout=300):
@@ -130,9 +174,11 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(cli, kill):
                 "--data-root", str(cli.data))  # fmt: skip
     assert again.returncode == 0, again.stderr
     [ref] = _result(reference)
-    resumed = [r for r in _result(cli.results) if "policy" in (r[4] or {})]
+    resumed = [r for r in _result(cli.results) if "policy" in (r[5] or {})]
     assert all(r[0] == "done" for r in _result(cli.results))
     assert resumed[0][1] == 2  # the second attempt finished it
-    stages = resumed[0][4]["policy"]
+    stages = resumed[0][5]["policy"]
     assert stages.pop("resumed_from") % 200 == 0  # it went on from a checkpoint
-    assert resumed[0][2:] == ref[2:]  # metrics, timeline and stages: identical
+    earlier = stages.pop("resumed_seconds")  # the run's time when it saved that checkpoint
+    assert 0 < earlier <= resumed[0][2]  # its wall time counts the killed attempt's
+    assert resumed[0][3:] == ref[3:]  # metrics, timeline and stages: identical

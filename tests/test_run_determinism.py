@@ -49,16 +49,19 @@ def sweep(method: str, budgets: list[str], seeds: list[int], steps: int = 200, *
                  rollouts=False, **kw)  # fmt: skip
 
 
+RESUMED = ("resumed_from", "resumed_seconds")  # where a resumed stage went on from, and when
+
+
 def results(plugins, data, folder: Path, plan_of: Sweep, **run) -> dict[tuple, dict]:
     """Every run's recorded numbers by (budget, seed): metrics, evaluations and stages (the
-    step a resumed stage went on from aside)."""
+    step and time a resumed stage went on from aside)."""
     with ResultsStore(folder) as store:
         summary = run_sweep(build_plan(plugins, plan_of, data), plugins, store, CPU, **run)
         assert summary.ok and not summary.failed, summary
         rows = store.rows("done")
     out = {}
     for row in rows:
-        stages = {name: {k: v for k, v in s.items() if k != "resumed_from"}
+        stages = {name: {k: v for k, v in s.items() if k not in RESUMED}
                   for name, s in row.stages.items()}  # fmt: skip
         out[(row.budget, row.seed)] = {
             "run_id": row.run_id,
@@ -145,5 +148,9 @@ def test_a_stacked_run_resumed_from_its_checkpoint_is_the_same(
                       storage=storage, retry_failed=True)  # fmt: skip
     assert resumed == reference
     with ResultsStore(tmp_path / "resumed") as store:
-        stages = [row.stages["policy"] for row in store.rows("done")]
+        rows = store.rows("done")
+    stages = [row.stages["policy"] for row in rows]
     assert [s.get("resumed_from") for s in stages] == [last] * 4
+    # Each run's wall time counts the interrupted attempt up to its checkpoint.
+    for s, row in zip(stages, rows, strict=True):
+        assert 0 < s["resumed_seconds"] <= row.wall_time

@@ -179,8 +179,29 @@ def provenance(sweep_file: SweepFile, quick: bool, runs: list[RunRecord]) -> lis
                if len(durations) < len(runs) else f"the {len(runs)} runs"))  # fmt: skip
     if starts and ends:
         wall += f"; {_seconds(max(ends) - min(starts))} from the first start to the last finish"
-    lines.append(f"Wall time: {wall}.")
+    lines.append(f"Wall time: {wall}." + _resumed(runs))
     return lines
+
+
+def _resumed(runs: list[RunRecord]) -> str:
+    """What the durations of runs resumed from a checkpoint count (empty when none did)."""
+    counted = uncounted = 0
+    for r in runs:
+        resumed = [s for s in (r.stages or {}).values()
+                   if isinstance(s, dict) and "resumed_from" in s]  # fmt: skip
+        if resumed and all("resumed_seconds" in s for s in resumed):
+            counted += 1
+        elif resumed:  # made before checkpoints recorded the time spent
+            uncounted += 1
+    text = ""
+    if counted:
+        text += (f" {counted} of the runs resumed from a checkpoint; their durations include "
+                 "the earlier attempts up to that checkpoint.")  # fmt: skip
+    if uncounted:
+        text += (f" {uncounted} of the runs resumed from a checkpoint that did not record the "
+                 "time spent before it; their durations are only the attempt that finished "
+                 "them.")  # fmt: skip
+    return text
 
 
 def figure_name(sweep_file: SweepFile, quick: bool) -> str:

@@ -58,6 +58,9 @@ class RunOutcome:
     stages: dict[str, Any]
     curves: list[dict[str, Any]] = field(default_factory=list)
     """Series ``{"stage", "name", "steps", "values"}`` (``ssilbench.runner.telemetry``)."""
+    earlier_seconds: float = 0.0
+    """Wall time of the run's earlier attempts up to the checkpoint it resumed from; the
+    store records this attempt's share plus it."""
 
 
 @dataclass(frozen=True)

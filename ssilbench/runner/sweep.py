@@ -106,7 +106,7 @@ def _execute(
     storage: RunStorage | None = None,
 ) -> list[WorkerResult]:
     """Run one unit, one result per run. A stacked run's wall time is its share of the
-    unit's."""
+    unit's; a resumed run's adds its earlier attempts' (``RunOutcome.earlier_seconds``)."""
     began = time.perf_counter()
     try:
         if len(specs) == 1:
@@ -121,7 +121,8 @@ def _execute(
         wall = (time.perf_counter() - began) / len(specs)
         return [WorkerResult(s.run_id, wall, failure=failure) for s in specs]
     wall = (time.perf_counter() - began) / len(specs)
-    return [WorkerResult(s.run_id, wall, outcome=o) for s, o in zip(specs, outcomes, strict=True)]
+    return [WorkerResult(s.run_id, wall + o.earlier_seconds, outcome=o)
+            for s, o in zip(specs, outcomes, strict=True)]  # fmt: skip
 
 
 _WORKER: dict[str, Any] = {}

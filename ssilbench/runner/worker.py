@@ -259,7 +259,9 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         if run.overlapped is not None:
             run.overlapped.close()
         run.evaluator.close()
+    earlier = 0.0
     if run.ctx.plan.checkpoints is not None:
+        earlier = run.ctx.plan.checkpoints.earlier
         run.ctx.plan.checkpoints.clear()  # the run is complete: nothing to resume
     env_spec = run.ctx.spec
     final = run.timeline[-1]
@@ -284,6 +286,7 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         },
         stages=report,
         curves=curves,
+        earlier_seconds=earlier,
     )
 
 
@@ -325,6 +328,9 @@ def execute_many(
     runs = [
         set_up_run(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs
     ]
+    for run in runs:
+        if run.ctx.plan.checkpoints is not None:
+            run.ctx.plan.checkpoints.share = len(runs)
     return _fit_and_finish(runs, method.cls().fit_many)
 
 

@@ -137,4 +137,7 @@ class StagePlan:
                 report[stage.name]["reused"] = budget.reused
             if budget is not None and budget.resumed_from is not None:
                 report[stage.name]["resumed_from"] = budget.resumed_from
+                seconds = getattr(self.checkpoints, "resumed_seconds", {}).get(stage.name)
+                if seconds is not None:  # the run's wall time counts its earlier attempts
+                    report[stage.name]["resumed_seconds"] = round(seconds, 3)
         return report

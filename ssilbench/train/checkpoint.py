@@ -3,11 +3,15 @@
 Every ``every`` steps of a stage trained by ``ssilbench.train.loop.optimise`` the run's
 training state is written to ``RESULTS/checkpoints/<run id>/<stage>.pt``: the optimised
 parameters, the optimiser's state, the minibatch sampler's position and generator, torch's
-generator, the step counters and the evaluations so far. A run that starts a stage with a
-checkpoint on disk continues from it, and on CPU reaches the same result bit for bit as a
-run never interrupted. Stages before it come back through the stage cache
-(``ssilbench.train.memo``) or are trained again, deterministically. Files are written
+generator, the step counters, the evaluations so far and the run's wall time so far. A run
+that starts a stage with a checkpoint on disk continues from it, and on CPU reaches the same
+result bit for bit as a run never interrupted. Stages before it come back through the stage
+cache (``ssilbench.train.memo``) or are trained again, deterministically. Files are written
 atomically and loaded with ``weights_only=True``; the folder is removed when the run ends.
+
+A resumed run's wall time counts its earlier attempts up to the checkpoint it went on from
+(the work after that checkpoint is done again, so it is counted once): a study's summed wall
+time is then what an uninterrupted sweep would take.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -65,16 +70,33 @@ class RunCheckpoints:
         self.root = Path(root)
         self.every = every
         self.timeline = timeline  # the run's own list, restored in place
+        self.share = 1
+        """How many runs this attempt trains together (a stacked unit): the run's wall time
+        is its share of the attempt's."""
+        self.earlier = 0.0
+        """Seconds of earlier attempts in the run's wall time: what the run had spent when it
+        saved the checkpoint it went on from, less what this attempt spent to get back there
+        (negative when getting back took longer)."""
+        self.resumed_seconds: dict[str, float] = {}
+        """Stage -> the run's wall time recorded in the checkpoint the stage went on from."""
+        self._began = time.perf_counter()
+        self._unknown = False  # resumed from a checkpoint that did not record the time
         self.before_save: Callable[[], None] | None = None
         """Called before saving: e.g. waiting for an evaluation still running."""
 
     def _path(self, stage: str) -> Path:
         return self.root / f"{stage}.pt"
 
+    def seconds(self) -> float:
+        """The run's wall time so far, earlier attempts included."""
+        return self.earlier + (time.perf_counter() - self._began) / self.share
+
     def save(self, stage: str, state: dict[str, Any]) -> None:
         if self.before_save is not None:
             self.before_save()
-        payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state()}
+        seconds = None if self._unknown else self.seconds()
+        payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state(),
+                   "seconds": seconds}  # fmt: skip
         save_atomic(payload, self._path(stage))
 
     def load(self, stage: str, format: str | None = None) -> dict[str, Any] | None:
@@ -92,6 +114,16 @@ class RunCheckpoints:
             return None
         self.timeline[:] = state.pop("timeline")
         torch.set_rng_state(state.pop("torch_rng"))
+        # None: the time before it is unknown (a checkpoint written before checkpoints
+        # recorded it); so are the times of the checkpoints the run saves after it.
+        seconds = state.pop("seconds", None)
+        self._unknown = seconds is None
+        if seconds is None:
+            self.earlier = 0.0
+            self.resumed_seconds.pop(stage, None)
+        else:
+            self.earlier = float(seconds) - (time.perf_counter() - self._began) / self.share
+            self.resumed_seconds[stage] = float(seconds)
         return state
 
     def clear(self) -> None:
