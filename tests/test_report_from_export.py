@@ -223,3 +223,31 @@ def test_the_wall_time_says_what_resumed_runs_count(study):
         "from a checkpoint that did not record the time spent before it; their durations are "
         "only the attempt that finished them."
     )
+
+
+def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
+    """Durations on a CPU and a GPU neither add up nor make one span: one figure each."""
+    from dataclasses import replace
+
+    from ssilbench.leaderboard.studies import provenance
+
+    sweep_file = load_sweep_file(Path("study.toml"))
+    cpu_runs = study[4:]
+    later = max(r.finished_at for r in cpu_runs) + 1_000.0  # the GPU runs came afterwards
+    gpu = [replace(r, device="cuda (NVIDIA H200)", host="node", wall_time=1.0,
+                   started_at=later + i, finished_at=later + i + 1.0)
+           for i, r in enumerate(study[:4])]  # fmt: skip
+    lines = provenance(sweep_file, False, cpu_runs + gpu)
+    span = max(r.finished_at for r in cpu_runs) - min(r.started_at for r in cpu_runs)
+    summed = sum(r.wall_time for r in cpu_runs)
+    assert (
+        "Machine: cpu (x86_64, 1 threads) on host box (20 runs), "
+        "cuda (NVIDIA H200) on host node (4 runs)."
+    ) in lines
+    [wall] = [line for line in lines if line.startswith("Wall")]
+    assert wall == (
+        f"Wall time: by machine: cpu (x86_64, 1 threads) on host box: {summed:,.0f} s summed "
+        f"over the durations of the 20 runs; {span:,.0f} s from the first start to the last "
+        "finish; cuda (NVIDIA H200) on host node: 4.0 s summed over the durations of the 4 "
+        "runs; 4.0 s from the first start to the last finish."
+    )

@@ -161,16 +161,26 @@ def provenance(sweep_file: SweepFile, quick: bool, runs: list[RunRecord]) -> lis
     # Revisions in the order they were first used; runs without a start time come last.
     by_start = sorted(runs, key=lambda r: (r.started_at is None, r.started_at or 0.0, r.run_id))
     revisions: dict[str, int] = {}
-    machines: dict[str, int] = {}
+    machines: dict[str, list[RunRecord]] = {}
     for r in by_start:
         git = (r.versions or {}).get("git")
         revision = f"git {md_escape(str(git))}" if git else "not recorded"
         revisions[revision] = revisions.get(revision, 0) + 1
         machine = (r.device or "device not recorded") + (f" on host {r.host}" if r.host else "")
-        machine = md_escape(machine)  # recorded text, printed as Markdown
-        machines[machine] = machines.get(machine, 0) + 1
+        machines.setdefault(md_escape(machine), []).append(r)  # recorded text, as Markdown
     lines.append(f"Revision: {_counted(revisions)}.")
-    lines.append(f"Machine: {_counted(machines)}.")
+    lines.append(f"Machine: {_counted({m: len(rs) for m, rs in machines.items()})}.")
+    if len(machines) == 1:
+        wall = _wall_time(runs)
+    else:
+        # Times of different machines neither add up nor make one span: one figure each.
+        wall = "by machine: " + "; ".join(f"{m}: {_wall_time(rs)}" for m, rs in machines.items())
+    lines.append(f"Wall time: {wall}." + _resumed(runs))
+    return lines
+
+
+def _wall_time(runs: list[RunRecord]) -> str:
+    """The runs' summed durations and their span, from the first start to the last finish."""
     durations = [r.wall_time for r in runs if r.wall_time is not None]
     starts = [r.started_at for r in runs if r.started_at is not None]
     ends = [r.finished_at for r in runs if r.finished_at is not None]
@@ -179,8 +189,7 @@ def provenance(sweep_file: SweepFile, quick: bool, runs: list[RunRecord]) -> lis
                if len(durations) < len(runs) else f"the {len(runs)} runs"))  # fmt: skip
     if starts and ends:
         wall += f"; {_seconds(max(ends) - min(starts))} from the first start to the last finish"
-    lines.append(f"Wall time: {wall}." + _resumed(runs))
-    return lines
+    return wall
 
 
 def _resumed(runs: list[RunRecord]) -> str:
