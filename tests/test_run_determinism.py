@@ -107,13 +107,21 @@ def test_runs_that_stop_early_are_the_same_alone_and_stacked(plugins, data, tmp_
 
 
 def test_a_run_is_the_same_in_a_pool_of_two_workers(plugins, data, tmp_path):
-    budgets, seeds = ["0.05", "0.2"], [1]
+    """Here one stacked unit of four runs; in the pool four runs one at a time, or with
+    ``stack=True`` two stacked units, one per budget."""
+    budgets, seeds = ["0.05", "0.2"], [0, 1]
     for method in ("bc", "vm_idm_ground_truth"):
         here = results(plugins, data, tmp_path / method, sweep(method, budgets, seeds))
+        assert len(here) == 4
         setup = PoolSetup((), data, "cpu", threads=1)
-        pooled = results(plugins, data, tmp_path / f"{method}-pool", sweep(method, budgets, seeds),
-                         workers=2, setup=setup)  # fmt: skip
-        assert pooled == here
+        for stack in (None, True):
+            said: list[tuple[str, str]] = []
+            pooled = results(plugins, data, tmp_path / f"{method}-pool-{stack}",
+                             sweep(method, budgets, seeds), workers=2, setup=setup, stack=stack,
+                             on_progress=lambda *event, said=said: said.append(event))  # fmt: skip
+            assert pooled == here
+            units = " in 2 stacked units" if stack else ""
+            assert ("start", f"4 runs{units} on 2 workers") in said
 
 
 class Interrupted(Exception):

@@ -84,10 +84,11 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 )
 @click.option(
     "--stack/--no-stack",
-    default=True,
-    show_default=True,
-    help="Train runs of one task and config together where the method can (see fit_many); "
-    "single-process sweeps only (--workers 1).",
+    default=None,
+    help="Train runs of one task and config together where the method can (see fit_many). "
+    "Default: stacked in one process or on --executor, one run at a time per --workers "
+    "process; --stack with --workers N shares stacked units, one per label budget, among "
+    "the N processes (e.g. on one GPU).",
 )
 @click.option(
     "--cache/--no-cache",

@@ -181,7 +181,7 @@ class RunOptions:
     stop_early: bool = False
     no_rollouts: bool = False
     threads: int | str | None = "auto"
-    stack: bool = True
+    stack: bool | None = None  # None: stacked in one process, one run at a time in a pool
     cache: bool = True
     checkpoint_every: int | None = None
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)

@@ -76,9 +76,11 @@ def run_label(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
 MAX_GROUP = 64  # runs stacked into one computation at most
 
 
-def groups(plan: SweepPlan, pending: list[int]) -> list[list[int]]:
+def groups(plan: SweepPlan, pending: list[int], by_budget: bool = False) -> list[list[int]]:
     """Pending runs in execution units: runs of a batched method that share the task, the
-    config and the step settings go together (budgets and seeds differ); others alone."""
+    config and the step settings go together (budgets and seeds differ); others alone.
+    ``by_budget``: each label budget a unit of its own, so that a pool's workers share
+    what one process would train as one unit."""
     limit = MAX_GROUP
     units: dict[tuple, list[int]] = {}
     out: list[list[int]] = []
@@ -88,7 +90,7 @@ def groups(plan: SweepPlan, pending: list[int]) -> list[list[int]]:
             out.append([index])
             continue
         key = (SweepPlan.method_key(spec.method, spec.config), SweepPlan.task_key(spec), spec.steps,
-               spec.eval_every, spec.stop_early)  # fmt: skip
+               spec.eval_every, spec.stop_early, spec.budget if by_budget else None)  # fmt: skip
         unit = units.setdefault(key, [])
         if not unit:
             out.append(unit)
@@ -214,13 +216,15 @@ def run_sweep(
     on_progress: Callable[[str, str], None] | None = None,
     workers: int = 1,
     setup: PoolSetup | None = None,
-    stack: bool = True,
+    stack: bool | None = None,
     storage: RunStorage | None = None,
     executor: Executor | None = None,
 ) -> SweepSummary:
     """Execute every run of the plan not already done; ``on_progress(event, label)`` reports.
     ``storage`` says where trained stages are reused from and checkpoints go (a stacked
-    unit checkpoints each of its runs).
+    unit checkpoints each of its runs). ``stack``: train runs together where the method can;
+    None stacks in this process or on an executor, and in a pool of ``workers`` trains runs
+    one at a time. Stacked in a pool, each label budget is a unit of its own.
     ``executor`` (``ssilbench.runner.executors``) sends units elsewhere (Ray, SLURM); the
     results come back here and this process alone writes the store.
     An ``on_progress`` that is a :class:`~ssilbench.runner.telemetry.SweepObserver` also
@@ -271,9 +275,12 @@ def run_sweep(
         return index
 
     # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
-    # so a pool takes runs one at a time.
-    stacked = stack and (workers == 1 or executor is not None)
-    units = groups(plan, pending) if stacked else [[index] for index in pending]
+    # so by default a pool takes runs one at a time. Asked to stack, a pool splits units by
+    # budget: on one GPU, many processes of stacked runs are what keep it busy.
+    pooled = workers > 1 and executor is None
+    if stack is None:
+        stack = not pooled
+    units = groups(plan, pending, by_budget=pooled) if stack else [[i] for i in pending]
     # A stage several runs share is trained by the first unit that needs it; the others
     # go after, so that they find it trained rather than hold a worker while they wait.
     units = leaders_first(plan, units)
@@ -299,7 +306,8 @@ def run_sweep(
             raise ValueError("running elsewhere needs the PoolSetup")
         units = [u for u in map(claim, units) if u]
         where = executor.describe() if executor is not None else f"{workers} workers"
-        notify("start", f"{sum(map(len, units))} runs on {where}")
+        stacked = f" in {len(units)} stacked units" if any(len(u) > 1 for u in units) else ""
+        notify("start", f"{sum(map(len, units))} runs{stacked} on {where}")
         shipped = [[plan.runs[i] for i in unit] for unit in units]
         results = (executor.run(shipped, setup) if executor is not None
                    else _in_pool(shipped, setup, workers, observer))  # fmt: skip
