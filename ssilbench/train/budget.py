@@ -137,7 +137,9 @@ class StagePlan:
                 report[stage.name]["reused"] = budget.reused
             if budget is not None and budget.resumed_from is not None:
                 report[stage.name]["resumed_from"] = budget.resumed_from
-                seconds = getattr(self.checkpoints, "resumed_seconds", {}).get(stage.name)
+                checkpoints = self.checkpoints  # None if a plugin resumed by its own means
+                seconds = (None if checkpoints is None
+                           else checkpoints.resumed_seconds.get(stage.name))  # fmt: skip
                 if seconds is not None:  # the run's wall time counts its earlier attempts
                     report[stage.name]["resumed_seconds"] = round(seconds, 3)
         return report
