@@ -138,6 +138,30 @@ def test_a_run_left_by_a_gone_process_of_this_host_is_stale_for_store_and_status
     assert progress_lines([row], None, 0.0)[0] == "0 done, 0 running, 0 failed, 1 interrupted"
 
 
+def test_status_shows_where_the_last_checkpoints_of_running_runs_are(tmp_path):
+    from ssilbench.cli.status import progress_lines
+    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runner.spec import RunSpec
+    from ssilbench.train.checkpoint import save_atomic
+
+    specs = [RunSpec(method="idm_labeling", config={}, env="maze:10x10", options={},
+                     budget="16", seed=seed, steps=60, eval_every=30)
+             for seed in range(3)]  # fmt: skip
+    rows = [RunRecord.of(s, status="running", host="elsewhere", pid=1, started_at=40.0)
+            for s in specs]  # fmt: skip
+    folder = tmp_path / "checkpoints"
+    save_atomic({"used": 30}, folder / specs[0].run_id / "idm.pt")
+    save_atomic({"used": 10}, folder / specs[0].run_id / "policy.pt")
+    save_atomic({"used": 20}, folder / specs[1].run_id / "idm.pt")
+    (folder / specs[1].run_id / "policy.pt").write_bytes(b"half a file")  # left out
+    lines = progress_lines(rows, None, 100.0, folder)
+    assert lines[1].startswith("  running    3  idm_labeling on maze:10x10  for 60 s")
+    assert lines[2] == "           last checkpoints: idm 20-30, policy 10 (steps; 2 of 3 runs)"
+    # Without checkpoints, or without the folder, the group is one line.
+    assert len(progress_lines(rows, None, 100.0, tmp_path / "none")) == 2
+    assert len(progress_lines(rows, None, 100.0)) == 2
+
+
 def test_analysis_files_are_named_from_safe_characters():
     from ssilbench.leaderboard.analysis_output import file_names
 

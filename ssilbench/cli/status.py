@@ -36,15 +36,20 @@ def status(state: State, results: str, sweep_file, quick) -> None:
         planned = set(study_panels(state.plugins, sweep_file, quick)[1])
     elif quick:
         raise UsageError("--quick needs --sweep FILE.")
+    from ssilbench.train.checkpoint import CHECKPOINTS
+
     with ResultsStore.open_read_only(Path(results)) as store:
         rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
-    for line in progress_lines(rows, planned, time.time()):
+    for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS):
         click.echo(line)
 
 
-def progress_lines(rows: list[RunRecord], planned: set[str] | None, now: float) -> list[str]:
+def progress_lines(
+    rows: list[RunRecord], planned: set[str] | None, now: float, checkpoints: Path | None = None
+) -> list[str]:
     """The status report of the store's ``rows`` (those of the ``planned`` design ids when
-    given): counts, the groups running now, and the time left at the last hour's rate."""
+    given): counts, the groups running now (with the steps of their last checkpoints in
+    the folder ``checkpoints``), and the time left at the last hour's rate."""
     import socket
 
     from ssilbench.runner.results_db import STATUSES, is_stale
@@ -67,6 +72,8 @@ def progress_lines(rows: list[RunRecord], planned: set[str] | None, now: float) 
         since = now - min(r.started_at or now for r in runs)
         lines.append(f"  running {len(runs):4d}  {method} on {env}  for {since:.0f} s "
                      f"({where}, pid {pid})")  # fmt: skip
+        if checkpoints is not None and (saved := _saved(checkpoints, runs)):
+            lines.append(f"           {saved}")
     # The recent finishing rate covers any mix of stacking, workers and machines.
     recent = sorted(r.finished_at for r in by["done"] if r.finished_at and
                     now - r.finished_at < 3600)  # fmt: skip
@@ -75,3 +82,22 @@ def progress_lines(rows: list[RunRecord], planned: set[str] | None, now: float) 
         lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last hour's "
                      f"{rate * 60:.1f} runs/min")  # fmt: skip
     return lines
+
+
+def _saved(checkpoints: Path, runs: list[RunRecord]) -> str:
+    """Where the group's last checkpoints are, per stage: long runs show progress between
+    their start and their finish. Empty when none of them has saved one."""
+    from ssilbench.train.checkpoint import saved_steps
+
+    by_stage: dict[str, list[int]] = {}
+    saving = 0
+    for r in runs:
+        steps = saved_steps(checkpoints / r.run_id)
+        saving += bool(steps)
+        for stage, used in steps.items():
+            by_stage.setdefault(stage, []).append(used)
+    if not by_stage:
+        return ""
+    spans = [f"{stage} {min(v):,}" + (f"-{max(v):,}" if max(v) > min(v) else "")
+             for stage, v in sorted(by_stage.items())]  # fmt: skip
+    return f"last checkpoints: {', '.join(spans)} (steps; {saving} of {len(runs)} runs)"

@@ -247,11 +247,12 @@ def execute_run(
     from ssilbench.runner.results_db import ResultsStore
     from ssilbench.runner.sweep import PoolSetup, run_sweep
     from ssilbench.runner.worker import RunStorage
+    from ssilbench.train.checkpoint import CHECKPOINTS
 
     options, results_dir = prepared.options, prepared.results_dir
     storage = RunStorage(
         cache_root=results_dir / "cache" if options.cache else None,
-        checkpoint_root=results_dir / "checkpoints",
+        checkpoint_root=results_dir / CHECKPOINTS,
         checkpoint_every=options.checkpoint_every or 0,
     )
     threads = prepared.threads.threads if prepared.threads is not None else 1

@@ -61,6 +61,23 @@ def write_error(path: Path, exc: BaseException) -> ResultsStoreError:
     return ResultsStoreError(os_error_message(path, exc))
 
 
+CHECKPOINTS = "checkpoints"
+"""The folder of a results directory that holds one folder of checkpoints per run id."""
+
+
+def saved_steps(folder: Path) -> dict[str, int]:
+    """Stage -> the step of that stage's checkpoint in one run's ``folder``: how far a
+    running run has got, read without restoring anything. Unreadable files are left out."""
+    steps = {}
+    for path in sorted(folder.glob("*.pt")) if folder.is_dir() else []:
+        try:  # mmap: only the small entries are read, not the saved weights
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            steps[path.stem] = int(state["used"])
+        except Exception:  # being replaced, damaged, or not a checkpoint
+            continue
+    return steps
+
+
 class RunCheckpoints:
     """The checkpoints of one run."""
 
