@@ -164,18 +164,26 @@ def flops_projection(plugins, stages: dict, utilisation: float) -> tuple[dict, f
     return projected, rows_per_s, evaluation
 
 
-def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> dict:
-    """One evaluation's wall time: measured with procgen, else projected."""
+def procgen_missing() -> str | None:
+    """Why procgen cannot be imported here (the import error), or None when it can."""
     from ssilbench.errors import PluginError
-    from ssilbench.eval.rollout import Evaluator
-    from ssilbench.train.supervised import ClassifierPolicy
     from ssilbench_procgen.vec_env import import_procgen
 
     try:
         import_procgen()
-    except PluginError as exc:  # the report keeps why, so that the next machine can mend it
+    except PluginError as exc:
+        return str(exc)
+    return None
+
+
+def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> dict:
+    """One evaluation's wall time: measured with procgen, else projected."""
+    from ssilbench.eval.rollout import Evaluator
+    from ssilbench.train.supervised import ClassifierPolicy
+
+    if (why := procgen_missing()) is not None:  # kept, so that the next machine can mend it
         seconds = CPU_EVAL_CALLS * (policy_call_s + PAPER["eval_episodes"] / ENV_STEPS_PER_S)
-        return {"seconds": seconds, "measured": False, "why": str(exc)}
+        return {"seconds": seconds, "measured": False, "why": why}
     task = _task(plugins).task
     arch = plugins.architectures.create("impala_small" if quick else "impala")
     net = arch.build((3, 64, 64), 15).to(device).eval()
