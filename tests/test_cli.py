@@ -189,6 +189,50 @@ def test_two_sweeps_on_one_store_train_every_run_once(cli):
     assert sum(done) == 8, errs
 
 
+def _pool_workers(parent: int) -> list[int]:
+    """The pool worker processes of ``parent`` (Linux /proc)."""
+    found = []
+    for stat in os.listdir("/proc"):
+        if not stat.isdigit():
+            continue
+        try:
+            with open(f"/proc/{stat}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{stat}/cmdline", "rb") as fh:
+                spawned = b"spawn_main" in fh.read()
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+        if ppid == parent and spawned:
+            found.append(int(stat))
+    return found
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers end with the sweep on Linux")
+def test_workers_end_when_the_sweep_process_is_terminated(cli):
+    """SIGTERM to the sweep's process alone (a scheduler's pre-emption, `kill PID`) ends its
+    pool's workers too: left behind, they would train runs that nobody records."""
+    args = [sys.executable, "-m", "ssilbench", "run", "--method", "bc", "--env", "maze:10x10",
+            "--budgets", "16,32", "--steps", "1000000", "-q", "--workers", "2",
+            "--results", str(cli.results), "--data-root", str(cli.data)]  # fmt: skip
+    proc = subprocess.Popen(
+        args, env=cli.env(), cwd=cli.tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while len(workers := _pool_workers(proc.pid)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no pool started"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while left := [w for w in workers if os.path.exists(f"/proc/{w}")]:
+            assert time.monotonic() < deadline, f"workers {left} outlived the sweep"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def _run_ids(cli, sweep):
     db = sqlite3.connect(cli.results / "results.sqlite")
     try:

@@ -6,7 +6,11 @@ only this process writes to the results store, so a run is recorded exactly once
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -137,6 +141,25 @@ def worker_device(device: str, slot: int | None, visible: int) -> str:
     return f"cuda:{slot % visible}"
 
 
+def _die_with(parent: int) -> None:
+    """End this process when ``parent`` (the sweep's process) ends, however it ends: a pool
+    worker left behind would go on training runs that nobody can record. Linux only."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the sweep ended before the request was made
+        os._exit(1)
+
+
+def _init_pool_worker(parent: int, setup: PoolSetup, slots: Any, events: Any) -> None:
+    _die_with(parent)
+    _init_worker(setup, slots, events)
+
+
 def _init_worker(setup: PoolSetup, slots: Any = None, events: Any = None) -> None:
     """Load the plugins in this process (once per setup); ``events``: the queue the runs'
     progress events go to (a pool of the sweep's process)."""
@@ -194,8 +217,8 @@ def _in_pool(
             ProcessPoolExecutor(
                 workers,
                 mp_context=context,
-                initializer=_init_worker,
-                initargs=(setup, slots, events),
+                initializer=_init_pool_worker,
+                initargs=(os.getpid(), setup, slots, events),
             ) as pool,
         ):
             todo = {pool.submit(_work, unit) for unit in units}
