@@ -27,6 +27,7 @@ def status(state: State, results: str, sweep_file, quick) -> None:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
     from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.train.checkpoint import CHECKPOINTS
 
     # The sweep file's runs by design id: found without opening a dataset.
     planned: set[str] | None = None
@@ -36,8 +37,6 @@ def status(state: State, results: str, sweep_file, quick) -> None:
         planned = set(study_panels(state.plugins, sweep_file, quick)[1])
     elif quick:
         raise UsageError("--quick needs --sweep FILE.")
-    from ssilbench.train.checkpoint import CHECKPOINTS
-
     with ResultsStore.open_read_only(Path(results)) as store:
         rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
     for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS):

@@ -323,7 +323,7 @@ def run_sweep(
                 notify("skipped", describe(index) + " (done or running in another sweep)")
         return mine
 
-    remote = executor is not None or (workers > 1 and len(units) > 1)
+    remote = executor is not None or (pooled and len(units) > 1)
     if remote:
         if setup is None:
             raise ValueError("running elsewhere needs the PoolSetup")
