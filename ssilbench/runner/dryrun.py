@@ -15,7 +15,10 @@ from pathlib import Path
 
 from ssilbench.api import Stage
 from ssilbench.data.datasets import DatasetNotBuilt
-from ssilbench.runner.plan import Problem, SweepPlan, dataset_problem_lines
+from ssilbench.data.split import available_items, resolve_budget
+from ssilbench.errors import SsilbenchError
+from ssilbench.runner.plan import Problem, SweepPlan, TaskInfo, dataset_problem_lines
+from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.worker import stage_scope
 from ssilbench.train.memo import StageCache, share_identity
@@ -54,7 +57,10 @@ class StageWork:
     runs: int = 0
     trainings: int = 0
     cached: int = 0
-    seconds_per_step: float | None = None
+    compute: float = 0.0
+    """Seconds of the trainings to do, each at its run's step time (alone or stacked)."""
+    unknown: bool = False
+    """Some training to do has no measured step time."""
 
     @property
     def to_train(self) -> int:
@@ -62,9 +68,14 @@ class StageWork:
 
     @property
     def seconds(self) -> float | None:
-        if self.seconds_per_step is None:
+        return None if self.unknown else self.compute
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """The mean step time of a run's training (None: not measured, or nothing to do)."""
+        if self.unknown or not self.to_train:
             return None
-        return self.to_train * self.steps * self.seconds_per_step
+        return self.compute / (self.to_train * self.steps)
 
 
 @dataclass
@@ -143,6 +154,15 @@ class DryRun:
                 "Step times: measured on this device (steady state of a few steps of "
                 "each stage on a small store of the task's shape)."
             )
+            sizes = sorted({m.stacked for _, m in self.measurements.values()
+                            if m is not None and m.stacked > 1})  # fmt: skip
+            if sizes:
+                lines.append(
+                    "Runs the sweep stacks are measured stacked too ("
+                    + ", ".join(map(str, sizes))
+                    + " runs fitted together, as many as share a unit and a label budget); "
+                    "s/step is one run's share."
+                )
         return "\n".join(lines)
 
     def _dataset_lines(self) -> list[str]:
@@ -167,6 +187,44 @@ class DryRun:
         lines.append("(Step times of tasks without a dataset are measured on random frames "
                      "of their shape.)")  # fmt: skip
         return lines
+
+
+def _stacked_with(plan: SweepPlan, units: list[list[int]]) -> dict[int, int]:
+    """Run index -> how many runs it trains stacked with, itself included: the runs of its
+    unit with its label budget (runs of other budgets train in groups of their own)."""
+    out = {}
+    for unit in units:
+        budgets = [plan.runs[i].budget for i in unit]
+        for i, budget in zip(unit, budgets, strict=True):
+            out[i] = budgets.count(budget)
+    return out
+
+
+def _stacks(stage: Stage, spec: RunSpec, task: TaskInfo) -> bool:
+    """Whether the stage's data is small enough for the trainer to stack it
+    (``STACK_BYTES`` of inputs as floats, an IDM's pairs counted twice); a larger stage
+    trains alone, reading its minibatches from the store. Where the sizes are not known yet
+    (no dataset, and a budget that is not a count of transitions), costed alone."""
+    from ssilbench.train.batched import STACK_BYTES
+
+    frame = 4 * math.prod(task.spec.obs_shape)
+    data = task.dataset
+    if stage.data == "none":
+        return True
+    if data is None:
+        count = spec.budget.isascii() and spec.budget.isdigit()
+        if stage.data != "labeled" or task.spec.budget_unit != "transitions" or not count:
+            return False
+        return int(spec.budget) * 2 * frame <= STACK_BYTES
+    available = available_items(data, task.spec.budget_unit)
+    try:
+        labeled = resolve_budget(spec.budget, available, task.spec.budget_unit)
+    except SsilbenchError:
+        return False
+    labeled_rows = data.num_transitions * labeled / max(available, 1)
+    rows = {"labeled": labeled_rows, "unlabeled": data.num_transitions,
+            "both": data.num_transitions + labeled_rows}[stage.data]  # fmt: skip
+    return rows * 2 * frame <= STACK_BYTES
 
 
 def probe_steps(
@@ -199,6 +257,12 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
+def _step_time(work: StageWork) -> str:
+    if not work.to_train:
+        return "-"
+    return "?" if work.seconds_per_step is None else f"{work.seconds_per_step:.4g}"
+
+
 def _table(works: list[StageWork]) -> str:
     head = ("method", "stage", "steps", "runs", "trainings", "cached", "s/step", "compute")
     rows = [head]
@@ -211,7 +275,7 @@ def _table(works: list[StageWork]) -> str:
                 str(w.runs),
                 str(w.trainings),
                 str(w.cached),
-                "?" if w.seconds_per_step is None else f"{w.seconds_per_step:.4g}",
+                _step_time(w),
                 "?" if w.seconds is None else _hours(w.seconds),
             )
         )
@@ -236,42 +300,62 @@ def dry_run(
     measure_missing: bool = True,
     workers: int = 1,
     log=lambda message: None,
+    stack: bool | None = None,
+    executor: bool = False,
 ) -> DryRun:
-    """The stage plan and cost of running ``plan``'s runs not in ``done_ids``."""
+    """The stage plan and cost of running ``plan``'s runs not in ``done_ids``, in the units
+    the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's)."""
+    from ssilbench.runner.sweep import execution_units
     from ssilbench.runner.timings import device_description
 
     pending = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done_ids]
     cached = StageCache(cache_root).shared_identities() if cache_root is not None else set()
     measurements: dict[str, tuple[str, Measurement | None]] = {}
+
+    def measured(index: int, stacked: int) -> Measurement | None:
+        spec = plan.runs[index]
+        method, task = plan.method_of(spec), plan.task_of(spec)
+        stacked = stacked if method.cls.batched else 1
+        key = measurement_key(method, task.spec, device, stacked)
+        if key not in measurements:
+            found = timings.get(key)
+            if found is None and measure_missing:
+                together = f" ({stacked} runs stacked)" if stacked > 1 else ""
+                log(f"measuring step times of {spec.method} on {spec.env}{together} ...")
+                found = measure(method, task, plugins, device, stacked=stacked)
+                timings.add(found)
+            measurements[key] = (spec.method, found)
+        return measurements[key][1]
+
+    stacked = _stacked_with(plan, execution_units(plan, pending, workers, stack, executor))
     works: dict[tuple[str, str], StageWork] = {}
     planned: set[str] = set()  # shared stages counted already (by any method)
     evaluation = other = 0.0
     eval_known = other_known = True
     for index in pending:
         spec = plan.runs[index]
-        method, task = plan.method_of(spec), plan.task_of(spec)
-        key = measurement_key(method, task.spec, device)
-        if key not in measurements:
-            found = timings.get(key)
-            if found is None and measure_missing:
-                log(f"measuring step times of {spec.method} on {spec.env} ...")
-                found = measure(method, task, plugins, device)
-                timings.add(found)
-            measurements[key] = (spec.method, found)
-        m = measurements[key][1]
+        task = plan.task_of(spec)
+        m = measured(index, 1)
         for stage, identity in _identities(plan, index):
             work = works.setdefault(
                 (spec.method, stage.name),
                 StageWork(spec.method, stage.name, stage.steps, stage.share is not None),
             )
             work.runs += 1
-            if identity is None or identity not in planned:
-                work.trainings += 1  # shared: counted for the first run that needs it
-                work.cached += identity is not None and identity in cached
-                if identity is not None:
-                    planned.add(identity)
-            if m is not None and stage.name in m.stages:
-                work.seconds_per_step = m.stages[stage.name].seconds_per_step
+            if identity is not None and identity in planned:
+                continue
+            work.trainings += 1  # shared: counted for the first run that needs it
+            if identity is not None:
+                planned.add(identity)
+            if identity is not None and identity in cached:
+                work.cached += 1
+                continue
+            k = stacked[index] if _stacks(stage, spec, task) else 1
+            timing = m if k == 1 else measured(index, k)
+            if timing is None or stage.name not in timing.stages:
+                work.unknown = True
+            else:
+                work.compute += stage.steps * timing.stages[stage.name].seconds_per_step
         if m is None:
             eval_known = other_known = False
             continue

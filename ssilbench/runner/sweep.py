@@ -104,6 +104,19 @@ def groups(plan: SweepPlan, pending: list[int], by_budget: bool = False) -> list
     return out
 
 
+def execution_units(
+    plan: SweepPlan, pending: list[int], workers: int, stack: bool | None, executor: bool
+) -> list[list[int]]:
+    """The units a sweep runs ``pending`` in (see :func:`run_sweep`'s ``stack``)."""
+    # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
+    # so by default a pool takes runs one at a time. Asked to stack, a pool splits units by
+    # budget: on one GPU, many processes of stacked runs are what keep it busy.
+    pooled = workers > 1 and not executor
+    if stack is None:
+        stack = not pooled
+    return groups(plan, pending, by_budget=pooled) if stack else [[i] for i in pending]
+
+
 def _execute(
     plan: SweepPlan,
     plugins: Plugins,
@@ -297,13 +310,8 @@ def run_sweep(
         notify(result.status, describe(index))
         return index
 
-    # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
-    # so by default a pool takes runs one at a time. Asked to stack, a pool splits units by
-    # budget: on one GPU, many processes of stacked runs are what keep it busy.
     pooled = workers > 1 and executor is None
-    if stack is None:
-        stack = not pooled
-    units = groups(plan, pending, by_budget=pooled) if stack else [[i] for i in pending]
+    units = execution_units(plan, pending, workers, stack, executor is not None)
     # A stage several runs share is trained by the first unit that needs it; the others
     # go after, so that they find it trained rather than hold a worker while they wait.
     units = leaders_first(plan, units)

@@ -7,6 +7,10 @@ episodes of its dataset, or random frames where it has none yet), each stage sto
 a few steps, on the device the sweep would use. Steady-state time per step is the median of
 the steps after the first; floating-point operations per step are counted in a separate
 pass (``torch.utils.flop_counter``), so that the projection to another device can be made.
+Runs a sweep stacks into one computation (``Method.fit_many``) are measured stacked as well:
+``k`` runs fitted together, each run's step time being the group's over ``k``. A small
+classifier stacked five times costs a fraction of five lone runs, so costing each run alone
+would overstate such a sweep many times over.
 Measurements are kept in ``RESULTS/timings.json`` keyed by what they depend on.
 """
 
@@ -60,6 +64,8 @@ class Measurement:
     """One policy call on ``eval_episodes`` observations (an upper bound on an evaluation
     is ``horizon`` of these)."""
     measured_at: float = field(default_factory=time.time)
+    stacked: int = 1
+    """How many runs were fitted together; the times are one run's share of the group's."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
@@ -73,9 +79,12 @@ def device_description(device: torch.device) -> str:
     return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)"
 
 
-def measurement_key(method: MethodInfo, spec: EnvSpec, device: torch.device) -> str:
+def measurement_key(
+    method: MethodInfo, spec: EnvSpec, device: torch.device, stacked: int = 1
+) -> str:
     """What a step time depends on: the method and config, the task's observations and
-    actions, the device and torch."""
+    actions, the device and torch, and how many runs are stacked (left out for one, so
+    that the keys of lone runs are those measured before stacking was)."""
     shape = {
         k: getattr(spec, k)
         for k in (
@@ -95,6 +104,7 @@ def measurement_key(method: MethodInfo, spec: EnvSpec, device: torch.device) -> 
             "default_steps": spec.default_steps,
             "device": device_description(device),
             "torch": torch.__version__,
+            **({"stacked": stacked} if stacked > 1 else {}),
         },
         sort_keys=True,
         default=list,
@@ -208,7 +218,10 @@ def _fit_timed(
     device: torch.device,
     limit: int,
     counter=None,
-) -> tuple[_TimedPlan, float]:
+    stacked: int = 1,
+) -> tuple[list[_TimedPlan], float]:
+    """The timed plans of ``stacked`` runs (seeds 0, 1, ...) fitted on ``store``, one run
+    through ``fit`` or several together through ``fit_many``, and the seconds it took."""
     spec = task.spec
     budget = str(
         min(
@@ -216,21 +229,27 @@ def _fit_timed(
             store.num_transitions if spec.budget_unit == "transitions" else store.num_episodes,
         )
     )
-    inputs = RunInputs.declare(method, task, store, budget, 0, spec.default_steps)
-    plan = _TimedPlan(
-        inputs.stages,
-        eval_every=max(s.steps for s in inputs.stages) + 1,
-        evaluate=lambda policy: math.nan,
-        device=device,
-        limit=limit,
-        counter=counter,
-    )
-    ctx = inputs.context(method, task, plugins, device, 0, plan, log=lambda message: None)
+    plans, ctxs = [], []
+    for seed in range(stacked):
+        inputs = RunInputs.declare(method, task, store, budget, seed, spec.default_steps)
+        plan = _TimedPlan(
+            inputs.stages,
+            eval_every=max(s.steps for s in inputs.stages) + 1,
+            evaluate=lambda policy: math.nan,
+            device=device,
+            limit=limit,
+            counter=counter,
+        )
+        plans.append(plan)
+        ctxs.append(inputs.context(method, task, plugins, device, seed, plan,
+                                   log=lambda message: None))  # fmt: skip
     began = time.perf_counter()
-    policy = method.cls().fit(ctx)
+    fitter = method.cls()
+    policies = fitter.fit_many(ctxs) if stacked > 1 else [fitter.fit(ctxs[0])]
     total = time.perf_counter() - began
-    plan.policy = policy
-    return plan, total
+    for plan, policy in zip(plans, policies, strict=True):
+        plan.policy = policy
+    return plans, total
 
 
 def measure(
@@ -240,17 +259,23 @@ def measure(
     device: torch.device,
     steps: int = 4,
     flops: bool = False,
+    stacked: int = 1,
 ) -> Measurement:
-    """Measure one method config on one task (see the module docstring)."""
+    """Measure one method config on one task (see the module docstring); ``stacked`` runs
+    fitted together (a method that is not ``batched`` fits them one after the other, so it
+    is measured alone)."""
+    stacked = stacked if method.cls.batched else 1
     with tempfile.TemporaryDirectory(prefix="ssilbench-timing-") as tmp:
         store = _sample_store(task, Path(tmp) / "store")
-        plan, total = _fit_timed(method, task, store, plugins, device, max(2, steps))
+        plans, total = _fit_timed(method, task, store, plugins, device, max(2, steps),
+                                  stacked=stacked)  # fmt: skip
+        plan = plans[0]  # a stacked group steps in lockstep: its first run's stamps time it
         counted = None
         if flops:
             from torch.utils.flop_counter import FlopCounterMode
 
             with FlopCounterMode(display=False) as counter:
-                counted, _ = _fit_timed(method, task, store, plugins, device, 2, counter)
+                [counted], _ = _fit_timed(method, task, store, plugins, device, 2, counter)
         stages: dict[str, StageTiming] = {}
         stepping = 0.0
         for name, budget in plan.budgets.items():
@@ -263,17 +288,18 @@ def measure(
             if counted is not None and len(counted.budgets[name].stamps) >= 2:
                 (_, f0), (_, f1) = counted.budgets[name].stamps[:2]
                 per_flop = f1 - f0
-            stages[name] = StageTiming(per_step, per_flop, len(times) - 1)
+            stages[name] = StageTiming(per_step / stacked, per_flop, len(times) - 1)
         # What is not stepping (labelling D_U, gathering data) grows with D_U.
-        other = max(0.0, total - stepping) / max(store.num_transitions, 1)
+        other = max(0.0, total - stepping) / stacked / max(store.num_transitions, 1)
         eval_forward = _policy_call_seconds(plan.policy, task.spec, store, device)
     return Measurement(
-        measurement_key(method, task.spec, device),
+        measurement_key(method, task.spec, device, stacked),
         method.name,
         device_description(device),
         stages,
         other,
         eval_forward,
+        stacked=stacked,
     )
 
 

@@ -1,0 +1,109 @@
+"""The cost a plan gives for runs the sweep stacks: each stacked run at its share of the
+group's step time, measured stacked, not at the step time of a run trained alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ssilbench.plugins import load_plugins
+from ssilbench.runner.dryrun import dry_run
+from ssilbench.runner.plan import build_plan
+from ssilbench.runner.spec import Sweep
+from ssilbench.runner.timings import Measurement, StageTiming, Timings, measure, measurement_key
+
+PLUGINS = load_plugins()
+STEPS = 40
+ALONE, STACKED = 1.0, 0.25  # made-up step times: what is costed with which shows in the sum
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16", "64"], seeds=[0, 1, 2],
+                  steps=STEPS)  # fmt: skip
+    return build_plan(PLUGINS, sweep, tmp_path_factory.mktemp("data"))
+
+
+def _timings(plan) -> Timings:
+    """Step times of bc on the task, alone and three runs stacked, as if measured before."""
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    device = torch.device("cpu")
+    timings = Timings(None)
+    for stacked, seconds in ((1, ALONE), (3, STACKED)):
+        key = measurement_key(method, task.spec, device, stacked)
+        stages = {"policy": StageTiming(seconds)}
+        timings.add(Measurement(key, "bc", "cpu", stages, 0.0, 0.0, stacked=stacked))
+    return timings
+
+
+def _policy_compute(plan, timings, **how) -> float:
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), set(), None, timings,
+                     measure_missing=False, **how)  # fmt: skip
+    [work] = report.works
+    assert (work.method, work.stage, work.to_train) == ("bc", "policy", 6)
+    return work.seconds
+
+
+def test_runs_stacked_in_one_process_are_costed_at_the_stacked_step_time(plan):
+    # one process stacks each budget's three seeds into one group
+    assert _policy_compute(plan, _timings(plan)) == 6 * STEPS * STACKED
+
+
+def test_runs_trained_one_at_a_time_are_costed_alone(plan):
+    timings = _timings(plan)
+    assert _policy_compute(plan, timings, stack=False) == 6 * STEPS * ALONE
+    # a pool takes runs one at a time unless asked to stack
+    assert _policy_compute(plan, timings, workers=2) == 6 * STEPS * ALONE
+    # asked to stack, a pool's units are the label budgets: still three runs to a group
+    assert _policy_compute(plan, timings, workers=2, stack=True) == 6 * STEPS * STACKED
+
+
+def test_a_stage_too_large_to_stack_is_costed_alone(plan, monkeypatch):
+    # the trainer streams a stage whose data exceeds STACK_BYTES, run by run
+    monkeypatch.setattr("ssilbench.train.batched.STACK_BYTES", 1)
+    assert _policy_compute(plan, _timings(plan)) == 6 * STEPS * ALONE
+
+
+def test_a_stacked_measurement_fits_the_runs_together(plan, monkeypatch):
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    fitted: list[int] = []
+    fit_many = method.cls.fit_many
+
+    def counting(self, ctxs):
+        fitted.append(len(ctxs))
+        return fit_many(self, ctxs)
+
+    monkeypatch.setattr(method.cls, "fit_many", counting)
+    torch.set_num_threads(1)
+    m = measure(method, task, PLUGINS, torch.device("cpu"), stacked=3)
+    assert fitted == [3]
+    assert m.stacked == 3 and m.stages["policy"].steps_timed >= 1
+    assert m.key == measurement_key(method, task.spec, torch.device("cpu"), 3)
+    assert m.key != measurement_key(method, task.spec, torch.device("cpu"))
+
+
+def test_a_method_that_cannot_stack_is_measured_alone(tmp_path):
+    sweep = Sweep(methods=["lapo"], envs=["maze:10x10"], budgets=["16"], seeds=[0],
+                  steps=60, options={"state": "image"}, config={"size": "small"})  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "data")
+    spec = plan.runs[0]
+    method = plan.method_of(spec)
+    assert not method.cls.batched
+    torch.set_num_threads(1)
+    m = measure(method, plan.task_of(spec), PLUGINS, torch.device("cpu"), stacked=4)
+    assert m.stacked == 1
+
+
+def test_plan_says_which_step_times_were_measured_stacked(cli):
+    shown = cli("plan", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+                "--seeds", "0,1", "--steps", "40", "--results", str(cli.results),
+                "--data-root", str(cli.data))  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "measured stacked too (2 runs fitted together" in shown.stdout
+    alone = cli("plan", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+                "--seeds", "0,1", "--steps", "40", "--workers", "2", "--results",
+                str(cli.tmp / "other"), "--data-root", str(cli.data))  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    assert "measured stacked" not in alone.stdout
