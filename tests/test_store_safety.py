@@ -153,6 +153,62 @@ def test_read_commands_change_no_byte_of_the_results_folder(tmp_path, capsys, st
             writer.wait(timeout=60)
 
 
+TWO_BLOCKS = """
+name = "two"
+metric = "test_accuracy"
+
+[[block]]
+name = "first"
+methods = ["bc"]
+envs = ["maze:10x10"]
+budgets = [16]
+seeds = [0]
+steps = 60
+eval_every = 30
+
+[[block]]
+name = "rest"
+methods = ["bc"]
+envs = ["maze:10x10"]
+budgets = [16]
+seeds = [1, 2, 3]
+steps = 60
+eval_every = 30
+"""
+
+
+def test_status_counts_the_runs_of_the_blocks_asked_for(tmp_path, capsys):
+    from ssilbench.plugins import load_plugins
+    from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+
+    study = tmp_path / "two.toml"
+    study.write_text(TWO_BLOCKS)
+    plan, _ = plan_blocks(load_plugins(), load_sweep_file(study), study, None, False)
+    specs = {s.seed: s for s in plan.runs}
+    results = tmp_path / "results"
+    with ResultsStore(results) as store:  # seeds 0 and 1 done, 2 left running, 3 not started
+        for seed in (0, 1, 2):
+            store.start(specs[seed], "bc", "maze:10x10", "cpu", {"ssilbench": "0"})
+        for seed in (0, 1):
+            store.finish(specs[seed].run_id, OUTCOME, wall_time=2.0)
+        store.db.execute("UPDATE runs SET pid = ? WHERE status = 'running'", (DEAD_PID,))
+    where = ["--results", str(results), "--sweep", str(study)]
+    assert cli(capsys, "status", *where)[1].startswith(
+        "2 done, 0 running, 0 failed, 1 interrupted, 1 not started"
+    )
+    assert cli(capsys, "status", *where, "--blocks", "first")[1].startswith(
+        "1 done, 0 running, 0 failed, 0 interrupted, 0 not started")  # fmt: skip
+    assert cli(capsys, "status", *where, "--blocks", "rest")[1].startswith(
+        "1 done, 0 running, 0 failed, 1 interrupted, 1 not started")  # fmt: skip
+    before = files(results)
+    code, out, err = cli(capsys, "status", *where, "--blocks", "frist")
+    assert code == 2 and out == ""
+    assert "no block named 'frist'" in err and "first, rest" in err
+    code, _, err = cli(capsys, "status", "--results", str(results), "--blocks", "first")
+    assert code == 2 and "--blocks needs --sweep FILE." in err
+    assert files(results) == before
+
+
 def _unprivileged() -> list[str] | None:
     """A command prefix that runs as an ordinary user for whom a 0o555 folder is read-only
     (root writes anyway), or None when there is no such way here."""

@@ -37,6 +37,15 @@ def sweep_file_option(help: str, several: bool = False) -> Callable[[F], F]:
     return click.option("--sweep", name, type=click.Path(dir_okay=False), help=help, **given)
 
 
+def blocks_option() -> Callable[[F], F]:
+    """``--blocks``: with ``--sweep``, only the blocks with these names or panels."""
+    return click.option(
+        "--blocks",
+        default=None,
+        help="With --sweep: only the blocks with these names or panels (comma-separated).",
+    )
+
+
 def quick_option(help: str) -> Callable[[F], F]:
     """``--quick``: the sweep files' CI-sized ``[quick]`` variants."""
     return click.option("--quick", is_flag=True, help=help)

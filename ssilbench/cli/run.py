@@ -10,6 +10,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import (
+    blocks_option,
     config_option,
     count_option,
     data_root_option,
@@ -35,11 +36,7 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.command()
 @sweep_file_option("A sweep file (TOML) instead of --method/--env/--budgets/--seeds.")
 @quick_option("With --sweep: the file's CI-sized [quick] variant.")
-@click.option(
-    "--blocks",
-    default=None,
-    help="With --sweep: only the blocks with these names or panels (comma-separated).",
-)
+@blocks_option()
 @click.option("--method", "methods", default=None, help="Comma-separated method names.")
 @click.option("--env", "envs", default=None, help="Comma-separated ids: family:task or family:all.")
 @click.option(

@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from ssilbench.cli.app import State
-from ssilbench.cli.options import quick_option, results_option, sweep_file_option
+from ssilbench.cli.options import (
+    blocks_option,
+    quick_option,
+    results_option,
+    sweep_file_option,
+)
 from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
@@ -21,8 +26,9 @@ if TYPE_CHECKING:
 @results_option
 @sweep_file_option("Count remaining runs against this sweep file.")
 @quick_option("With --sweep: its [quick] variant.")
+@blocks_option()
 @click.pass_obj
-def status(state: State, results: str, sweep_file, quick) -> None:
+def status(state: State, results: str, sweep_file, quick, blocks) -> None:
     """Progress of the sweeps writing to a results store, from any machine that sees it:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
@@ -32,11 +38,15 @@ def status(state: State, results: str, sweep_file, quick) -> None:
     # The sweep file's runs by design id: found without opening a dataset.
     planned: set[str] | None = None
     if sweep_file is not None:
-        from ssilbench.leaderboard.studies import study_panels
+        from ssilbench.runner.run_options import comma_list
+        from ssilbench.runner.sweepfile import load_sweep_file, panel_titles, select_blocks
 
-        planned = set(study_panels(state.plugins, sweep_file, quick)[1])
-    elif quick:
-        raise UsageError("--quick needs --sweep FILE.")
+        path = Path(sweep_file)
+        names = [] if blocks is None else comma_list(blocks, "block", "--blocks positions")
+        chosen = select_blocks(load_sweep_file(path), path, names)
+        planned = set(panel_titles(state.plugins, chosen, quick))
+    elif quick or blocks is not None:
+        raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
     with ResultsStore.open_read_only(Path(results)) as store:
         rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
     for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS):
