@@ -140,9 +140,16 @@ def _plan(state: State, **flags: Any) -> None:
     run_command(state, {**flags, "dry_run": True, "save_timings": True, "yes": True})
 
 
+REMEASURE = click.Option(
+    ["--remeasure"],
+    is_flag=True,
+    help="Measure the step times again instead of taking those kept in RESULTS/timings.json "
+    "(which were measured at another time, perhaps at another load), and keep the new ones.",
+)
+
 plan = click.Command(
     "plan",
-    params=[p for p in run.params if p.name not in ("dry_run", "yes")],
+    params=[p for p in run.params if p.name not in ("dry_run", "yes")] + [REMEASURE],
     callback=_plan,
     help="What 'run' with the same arguments would do: its runs, the stages they train "
     "(shared, cached) and the estimated compute from step times measured on this device "

@@ -10,7 +10,8 @@ workers do not sit waiting for a stage another worker trains.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssilbench.api import Stage
@@ -91,6 +92,8 @@ class DryRun:
     other_s: float | None
     device: str
     workers: int
+    measured_now: set[str] = field(default_factory=set)
+    """The keys of the measurements made by this dry run (the others were kept)."""
 
     @property
     def wall_seconds(self) -> float | None:
@@ -152,7 +155,7 @@ class DryRun:
         elif self.measurements:
             lines.append(
                 "Step times: measured on this device (steady state of a few steps of "
-                "each stage on a small store of the task's shape)."
+                "each stage on a small store of the task's shape)" + self._when() + "."
             )
             sizes = sorted({m.stacked for _, m in self.measurements.values()
                             if m is not None and m.stacked > 1})  # fmt: skip
@@ -164,6 +167,23 @@ class DryRun:
                     "s/step is one run's share."
                 )
         return "\n".join(lines)
+
+    def _when(self) -> str:
+        """When and at what load the step times were measured: now, or kept from earlier
+        plans (the oldest), with how to measure them again."""
+        found = {key: m for key, (_, m) in self.measurements.items() if m is not None}
+        parts = []
+        now = [m for key, m in found.items() if key in self.measured_now]
+        kept = [m for key, m in found.items() if key not in self.measured_now]
+        if now:
+            parts.append("now" + _at_load(now))
+        if kept:
+            oldest = min(m.measured_at for m in kept)
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(oldest))
+            parts.append(f"{len(kept)} kept in timings.json from earlier plans (the oldest from "
+                         f"{stamp}{_at_load(kept)}; 'ssilbench plan --remeasure' measures "
+                         "them again)")  # fmt: skip
+        return ": " + "; ".join(parts) if parts else ""
 
     def _dataset_lines(self) -> list[str]:
         """The tasks without a dataset yet: those a run builds, and those it cannot (not
@@ -257,6 +277,14 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h"
 
 
+def _at_load(measurements: list[Measurement]) -> str:
+    loads = [m.load for m in measurements if m.load is not None]
+    if not loads:
+        return ""
+    low, high = min(loads), max(loads)
+    return f", at load {low:.1f}" if high - low < 0.05 else f", at load {low:.1f}-{high:.1f}"
+
+
 def _step_time(work: StageWork) -> str:
     if not work.to_train:
         return "-"
@@ -302,15 +330,19 @@ def dry_run(
     log=lambda message: None,
     stack: bool | None = None,
     executor: bool = False,
+    remeasure: bool = False,
 ) -> DryRun:
     """The stage plan and cost of running ``plan``'s runs not in ``done_ids``, in the units
-    the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's)."""
+    the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's).
+    Step times are taken from ``timings`` (unless ``remeasure``) or measured now and added
+    to it (with ``measure_missing``)."""
     from ssilbench.runner.sweep import execution_units
     from ssilbench.runner.timings import device_description
 
     pending = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done_ids]
     cached = StageCache(cache_root).shared_identities() if cache_root is not None else set()
     measurements: dict[str, tuple[str, Measurement | None]] = {}
+    measured_now: set[str] = set()
 
     def measured(index: int, stacked: int) -> Measurement | None:
         spec = plan.runs[index]
@@ -318,12 +350,13 @@ def dry_run(
         stacked = stacked if method.cls.batched else 1
         key = measurement_key(method, task.spec, device, stacked)
         if key not in measurements:
-            found = timings.get(key)
+            found = None if remeasure else timings.get(key)
             if found is None and measure_missing:
                 together = f" ({stacked} runs stacked)" if stacked > 1 else ""
                 log(f"measuring step times of {spec.method} on {spec.env}{together} ...")
                 found = measure(method, task, plugins, device, stacked=stacked)
                 timings.add(found)
+                measured_now.add(key)
             measurements[key] = (spec.method, found)
         return measurements[key][1]
 
@@ -386,4 +419,5 @@ def dry_run(
         other if other_known else None,
         device_description(device),
         workers,
+        measured_now,
     )

@@ -285,7 +285,8 @@ def preview_run(
     cache_root = results_dir / "cache" if options.cache else None
     report = dry_run(prepared.plan, plugins, prepared.device, done, cache_root, timings,
                      measure_missing, workers=options.workers, log=log, stack=options.stack,
-                     executor=prepared.executor is not None)  # fmt: skip
+                     executor=prepared.executor is not None,
+                     remeasure=options.remeasure)  # fmt: skip
     return report, timings
 
 

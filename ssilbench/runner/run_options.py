@@ -156,7 +156,8 @@ class RunOptions:
     A sweep comes from ``sweep_file`` (with ``quick`` and ``blocks``) or from ``methods``,
     ``envs`` and ``budgets`` (comma-separated, as the flags take them) with the settings
     after them. ``dry_run`` plans without claiming or training anything; ``save_timings``
-    keeps the step times a dry run measured (``ssilbench plan``). ``threads`` is a count of
+    keeps the step times a dry run measured (``ssilbench plan``), and ``remeasure`` measures
+    again those it would otherwise take from the kept ones. ``threads`` is a count of
     torch threads per training process, ``"auto"`` (the default; None means it too) or
     ``"torch"`` (see :data:`THREAD_SETTINGS`).
     """
@@ -187,6 +188,7 @@ class RunOptions:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     dry_run: bool = False
     save_timings: bool = False
+    remeasure: bool = False
     quiet: bool = False
 
     def __post_init__(self) -> None:

@@ -66,6 +66,9 @@ class Measurement:
     measured_at: float = field(default_factory=time.time)
     stacked: int = 1
     """How many runs were fitted together; the times are one run's share of the group's."""
+    load: float | None = None
+    """The machine's 1-minute load average when measured (None where it is not known): on a
+    shared CPU, step times measured at different loads differ several times over."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
@@ -300,7 +303,16 @@ def measure(
         other,
         eval_forward,
         stacked=stacked,
+        load=load_average(),
     )
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, where the system gives one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 @torch.no_grad()

@@ -1,7 +1,10 @@
-"""The cost a plan gives for runs the sweep stacks: each stacked run at its share of the
-group's step time, measured stacked, not at the step time of a run trained alone."""
+"""The cost a plan gives: runs the sweep stacks at their share of the group's step time,
+measured stacked, not at the step time of a run trained alone; and step times kept from an
+earlier plan are said to be so, with when and at what load, and measured again on request."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -107,3 +110,48 @@ def test_plan_says_which_step_times_were_measured_stacked(cli):
                 str(cli.tmp / "other"), "--data-root", str(cli.data))  # fmt: skip
     assert alone.returncode == 0, alone.stderr
     assert "measured stacked" not in alone.stdout
+
+
+def _kept(results) -> dict[str, tuple[float, float | None]]:
+    return {m["key"]: (m["measured_at"], m["load"])
+            for m in json.loads((results / "timings.json").read_text())}  # fmt: skip
+
+
+def test_kept_step_times_say_when_and_at_what_load_and_remeasure_replaces_them(cli):
+    args = [
+        "plan",
+        "--method",
+        "bc",
+        "--env",
+        "maze:10x10",
+        "--budgets",
+        "16",
+        "--seeds",
+        "0,1",
+        "--steps",
+        "40",
+        "--results",
+        str(cli.results),
+        "--data-root",
+        str(cli.data),
+    ]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert "on a small store of the task's shape): now, at load " in first.stdout
+    measured = _kept(cli.results)
+    assert len(measured) == 2  # bc alone and two runs stacked
+    assert all(load is not None and load >= 0 for _, load in measured.values())
+    again = cli(*args)
+    assert again.returncode == 0, again.stderr
+    assert "): 2 kept in timings.json from earlier plans (the oldest from " in again.stdout
+    assert "'ssilbench plan --remeasure' measures them again" in again.stdout
+    assert "measuring" not in again.stderr and _kept(cli.results) == measured
+    fresh = cli(*args, "--remeasure")
+    assert fresh.returncode == 0, fresh.stderr
+    assert "): now, at load " in fresh.stdout and "kept in timings.json" not in fresh.stdout
+    remeasured = _kept(cli.results)
+    assert remeasured.keys() == measured.keys()
+    assert all(remeasured[k][0] > measured[k][0] for k in measured)
+    # run takes no --remeasure: a run measures only what is missing
+    refused = cli("run", *args[1:], "--remeasure", "--dry-run")
+    assert refused.returncode == 2 and "No such option '--remeasure'" in refused.stderr
