@@ -147,6 +147,52 @@ def test_a_missing_method_panel_or_shared_budget_is_not_checked():
     assert v.outcome == NOT_CHECKED and "no budget both methods ran" in v.evidence
 
 
+def planned(s: Series, *budgets: str) -> Series:
+    s.planned = set(budgets)
+    return s
+
+
+def test_a_study_still_running_is_not_judged_on_the_budgets_it_happens_to_have():
+    # the sweep plans 0.1 and 1.0; only 0.1 has run: reaching is judged at 1.0, not at 0.1
+    partial = panel("50x50", planned(series("A", {"0.1": [0.4, 0.5, 0.45]}), "0.1", "1.0"))
+    v = check(claim("reaches"), [partial])
+    assert v.outcome == NOT_CHECKED
+    assert v.evidence == "50x50: no results of A at N_L=1.0 (planned, not run yet)"
+    # without a plan, the budgets with results are all there is
+    assert check(claim("reaches"), [panel("50x50", series("A", {"0.1": [0.4, 0.5, 0.45]}))]
+                 ).outcome == NOT_HELD  # fmt: skip
+    assert check(claim("never_reaches"), [partial]).outcome == NOT_CHECKED
+    # beats: at the smallest budgets planned for both, here 0.05 (not run by B) and 0.1
+    a = planned(series("A", {"0.05": [0.9, 0.8], "0.1": [0.9, 0.9]}), "0.05", "0.1", "1.0")
+    b = planned(series("B", {"0.1": [0.1, 0.2], "1.0": [1.0, 1.0]}), "0.05", "0.1", "1.0")
+    v = check(claim("beats", other="B"), [panel("maze", a, b)])
+    assert v.outcome == NOT_CHECKED and "no results of B at N_L=0.05" in v.evidence
+    b.points["0.05"] = [0.1, 0.1]
+    v = check(claim("beats", other="B"), [panel("maze", a, b)])
+    assert v.outcome == HELD and "N_L=0.05" in v.evidence and "N_L=1.0" not in v.evidence
+
+
+def test_collected_series_know_their_planned_budgets():
+    from ssilbench.leaderboard.figures import collect
+    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runner.sweepfile import PanelCell
+
+    def spec(budget: str, seed: int) -> RunSpec:
+        return RunSpec(method="bc", config={}, env="maze:10x10", options={}, budget=budget,
+                       seed=seed, steps=60, eval_every=30)  # fmt: skip
+
+    specs = [spec(b, seed) for b in ("0.1", "1.0") for seed in (0, 1)]
+    cells = {s.design_id: PanelCell("positions: maze:10x10", "bc", s.budget) for s in specs}
+    ran = [RunRecord.of(s, metrics={"acc": 0.5}) for s in specs if s.budget == "0.1"]
+    [drawn] = collect(ran, cells, "acc", lambda label: label.upper())
+    assert drawn.series["BC"].planned == {"0.1", "1.0"}
+    assert drawn.series["BC"].budgets() == ["0.1", "1.0"] and list(drawn.series["BC"].points) == [
+        "0.1"
+    ]
+    assert check(Claim(text="c", check="reaches", method="BC"), [drawn]).outcome == NOT_CHECKED
+
+
 # --- reaches and never_reaches -------------------------------------------------------------
 
 

@@ -86,8 +86,8 @@ def test_a_report_regenerates_byte_for_byte_from_its_exports(tmp_path, monkeypat
 
 def _verdicts(study: Path, quick: bool, export: Path) -> dict[str, str]:
     records = RunSource(exports=(str(export),)).records()
-    sweep_file, titles, runs = study_runs(load_plugins(), str(study), quick, records)
-    panels = collect(runs, titles, sweep_file.metric, sweep_file.display)
+    sweep_file, cells, runs = study_runs(load_plugins(), str(study), quick, records)
+    panels = collect(runs, cells, sweep_file.metric, sweep_file.display)
     return {claim.text: check(claim, panels).outcome for claim in sweep_file.claim}
 
 

@@ -17,6 +17,7 @@ from ssilbench.leaderboard.stats import seed_interval
 
 if TYPE_CHECKING:
     from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runner.sweepfile import PanelCell
 
 
 @dataclass
@@ -27,6 +28,14 @@ class Series:
     label: str
     points: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     seeds: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    planned: set[str] = field(default_factory=set)
+    """The budgets the sweep file plans for this method in this panel (empty: not known,
+    taken to be those with results). A claim needs its budgets run, not merely the ones
+    that happen to be there."""
+
+    def budgets(self) -> list[str]:
+        """The planned budgets (or those with results where none are known), ascending."""
+        return sorted(self.planned or self.points, key=budget_sort_key)
 
     def by_seed(self, budget: str) -> dict[int, float] | None:
         """Seed -> value at ``budget``; None unless every value's seed is known and no seed
@@ -57,25 +66,31 @@ class Panel:
 
 
 def collect(
-    records: list[RunRecord], panels_of: dict[str, str], metric: str, display
+    records: list[RunRecord], cells: dict[str, PanelCell], metric: str, display
 ) -> list[Panel]:
-    """Group finished run records into panels (``panels_of``: design id -> panel title,
-    from :func:`ssilbench.runner.sweepfile.panel_titles`). Methods and values keep the order
-    of ``records``."""
+    """Group finished run records into panels (``cells``: design id -> where its runs are
+    drawn, from :func:`ssilbench.runner.sweepfile.panel_cells`); each series knows the
+    budgets planned for it. Methods and values keep the order of ``records``."""
     panels: dict[str, Panel] = {}
     for record in records:
-        title = panels_of.get(record.design_id)
-        if title is None:
+        cell = cells.get(record.design_id)
+        if cell is None:
             continue
         value = record.value(metric)
         if value is None:
             continue
-        panel = panels.setdefault(title, Panel(title))
+        panel = panels.setdefault(cell.title, Panel(cell.title))
         name = display(record.method_label)
         series = panel.series.setdefault(name, Series(name))
         series.points[record.budget].append(float(value))
         series.seeds[record.budget].append(record.seed)
-    return [panels[t] for t in sorted(panels, key=list(panels_of.values()).index)]
+    for cell in cells.values():
+        drawn = panels.get(cell.title)
+        series = drawn.series.get(display(cell.method_label)) if drawn is not None else None
+        if series is not None:
+            series.planned.add(cell.budget)
+    titles = list(dict.fromkeys(cell.title for cell in cells.values()))
+    return [panels[t] for t in sorted(panels, key=titles.index)]
 
 
 def _x(budget: str) -> float:

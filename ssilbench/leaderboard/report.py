@@ -10,17 +10,21 @@ A claim holds only when the seeds establish it: each check has a one-sided test 
   (Bonferroni: one counterexample among k looks is otherwise found too easily);
 - **not established** otherwise (too few seeds, too much spread, or a difference too small
   for the seeds run);
-- **not checked** when the results the claim needs are missing.
+- **not checked** when the results the claim needs are missing: a method of the claim has
+  no results in a selected panel, or none at a budget the check is made at. Those budgets
+  are the ones the sweep file plans (for a panel built without a sweep file, the ones with
+  results), so that a study still running is not judged on the budgets it happens to have.
 
 The checks (seeds are the values of one method at one budget in one panel; ``EPS`` = 1e-9):
 
-- ``reaches``: at the method's largest budget in each selected panel. Supports: at least two
+- ``reaches``: at the method's largest planned budget in each selected panel. Supports: at least two
   seeds and every seed >= threshold - EPS. Refutes: one-sample one-sided t-test of
   mean < threshold.
-- ``never_reaches``: at every budget of each selected panel. Supports: one-sample one-sided
+- ``never_reaches``: at every planned budget of each selected panel. Supports: one-sample one-sided
   t-test of mean < threshold (the one-sided 95% upper confidence bound is below the
   threshold). Refutes: at least two seeds and every seed >= threshold - EPS.
-- ``beats``: at the ``budgets`` smallest budgets both methods ran, in each selected panel.
+- ``beats``: at the ``budgets`` smallest budgets planned for both methods, in each selected
+  panel.
   Supports: one-sided t-test of method > other; refutes: of other > method. Paired (the
   per-seed differences) where both methods ran the same seeds once each, since runs of one
   seed share the labeled subset; Welch's otherwise (degrees of freedom rounded down).
@@ -75,7 +79,8 @@ RULES = (
     "How claims are judged: a claim is held only when the seeds establish it, by one-sided "
     f"tests at level {ALPHA} everywhere it speaks of (every selected panel and budget); "
     f"not held when the opposite is established somewhere (at level {ALPHA} / k for k "
-    "places); not established otherwise; not checked when its results are missing. "
+    "places); not established otherwise; not checked when its results are missing (at any "
+    "budget the check needs, of those the sweep file plans). "
     "`reaches`: every seed (two or more) at the largest budget is at least the threshold; "
     "refuted by a one-sample t-test of mean < threshold. `never_reaches`: a one-sample "
     "t-test of mean < threshold at every budget; refuted where every seed (two or more) "
@@ -168,7 +173,7 @@ def _reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
     places, counts = [], []
     for panel in chosen:
         series = panel.series[claim.method]
-        budget = max(series.points, key=budget_sort_key)
+        budget = series.budgets()[-1]
         values = series.points[budget]
         below = one_sample_t(values, claim.threshold)
         hit = sum(v >= claim.threshold - EPS for v in values)
@@ -195,7 +200,7 @@ def _never_reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
     places = []
     for panel in chosen:
         series = panel.series[claim.method]
-        for budget in sorted(series.points, key=budget_sort_key):
+        for budget in series.budgets():
             values = series.points[budget]
             below = one_sample_t(values, claim.threshold)
             places.append(_Place(
@@ -233,8 +238,20 @@ def _compare(mine: Series, theirs: Series, budget: str) -> TTest:
 
 
 def _low_budgets(claim: Claim, mine: Series, theirs: Series) -> list[str]:
-    shared = [b for b in mine.points if b in theirs.points]
-    return sorted(shared, key=budget_sort_key)[: claim.budgets]
+    """The claim's smallest budgets planned for both methods."""
+    theirs_planned = set(theirs.budgets())
+    return [b for b in mine.budgets() if b in theirs_planned][: claim.budgets]
+
+
+def _needed(claim: Claim, panel: Panel) -> list[str]:
+    """The budgets of ``panel`` the claim is judged at: the method's largest planned one
+    (reaches), every planned one (never reaches), or the smallest planned for both."""
+    mine = panel.series[claim.method]
+    if claim.check == "reaches":
+        return mine.budgets()[-1:]
+    if claim.check == "never_reaches":
+        return mine.budgets()
+    return _low_budgets(claim, mine, panel.series[claim.other])
 
 
 def _beats(claim: Claim, chosen: list[Panel]) -> Verdict:
@@ -313,6 +330,14 @@ def check(claim: Claim, panels: list[Panel]) -> Verdict:
             return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results for the methods named")
     if claim.check in ("beats", "gap_grows") and not claim.other:
         return Verdict(claim, NOT_CHECKED, f"'{claim.check}' needs the other method named")
+    for panel in chosen:  # a partial panel must not be judged on the budgets it happens to have
+        named = [claim.method, *([claim.other] if claim.other else [])]
+        needed = _needed(claim, panel)
+        missing = [f"{name} at N_L={b}" for name in named for b in needed
+                   if not panel.series[name].points.get(b)]  # fmt: skip
+        if missing:
+            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results of "
+                           f"{', '.join(missing)} (planned, not run yet)")  # fmt: skip
     return CHECKS[claim.check](claim, chosen)
 
 

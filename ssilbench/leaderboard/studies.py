@@ -20,16 +20,18 @@ if TYPE_CHECKING:
     from ssilbench.leaderboard.figures import Panel
     from ssilbench.plugins import Plugins
     from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.sweepfile import SweepFile
+    from ssilbench.runner.sweepfile import PanelCell, SweepFile
 
 
-def study_panels(plugins: Plugins, path: str, quick: bool) -> tuple[SweepFile, dict[str, str]]:
-    """A sweep file, and the design id of each of its runs -> the panel it is drawn in
+def study_panels(
+    plugins: Plugins, path: str, quick: bool
+) -> tuple[SweepFile, dict[str, PanelCell]]:
+    """A sweep file, and the design id of each of its runs -> the cell it is drawn in
     (found without opening a dataset)."""
-    from ssilbench.runner.sweepfile import load_sweep_file, panel_titles
+    from ssilbench.runner.sweepfile import load_sweep_file, panel_cells
 
     sweep_file = load_sweep_file(Path(path))
-    return sweep_file, panel_titles(plugins, sweep_file, quick)
+    return sweep_file, panel_cells(plugins, sweep_file, quick)
 
 
 def shown(path: str | Path) -> str:
@@ -105,16 +107,16 @@ class RunSource:
 
 def study_runs(
     plugins: Plugins, path: str, quick: bool, records: list[RunRecord]
-) -> tuple[SweepFile, dict[str, str], list[RunRecord]]:
-    """A sweep file, its panel titles (see :func:`study_panels`) and those of ``records``
+) -> tuple[SweepFile, dict[str, PanelCell], list[RunRecord]]:
+    """A sweep file, its panel cells (see :func:`study_panels`) and those of ``records``
     that are its runs, in the order of its plan (block, method, environment, budget, seed),
     whatever order the records came in: a report from a store and one from its export are
     the same."""
-    sweep_file, titles = study_panels(plugins, path, quick)
-    order = {design: i for i, design in enumerate(titles)}
+    sweep_file, cells = study_panels(plugins, path, quick)
+    order = {design: i for i, design in enumerate(cells)}
     mine = sorted((r for r in records if r.design_id in order),
                   key=lambda r: (order[r.design_id], r.run_id))  # fmt: skip
-    return sweep_file, titles, mine
+    return sweep_file, cells, mine
 
 
 def load_study(
@@ -125,13 +127,13 @@ def load_study(
     from ssilbench.leaderboard.figures import collect
 
     records = RunSource(results=results).records()
-    sweep_file, titles, runs = study_runs(plugins, path, quick, records)
+    sweep_file, cells, runs = study_runs(plugins, path, quick, records)
     if not runs and not allow_empty:
         raise UsageError(
             f"No finished runs of {path} in {results}: run 'ssilbench run --sweep {path}"
             f"{' --quick' if quick else ''}' first (same --results)."
         )
-    return sweep_file, collect(runs, titles, sweep_file.metric, sweep_file.display)
+    return sweep_file, collect(runs, cells, sweep_file.metric, sweep_file.display)
 
 
 def _seconds(value: float) -> str:
@@ -261,8 +263,8 @@ def write_report(
     ]
     tally = dict.fromkeys(OUTCOMES, 0)
     for path in paths:
-        sweep_file, titles, runs = study_runs(plugins, path, quick, records)
-        panels = collect(runs, titles, sweep_file.metric, sweep_file.display)
+        sweep_file, cells, runs = study_runs(plugins, path, quick, records)
+        panels = collect(runs, cells, sweep_file.metric, sweep_file.display)
         run_command = shlex.join(["ssilbench", "run", "--sweep", shown(path),
                                   *(["--quick"] if quick else [])])  # fmt: skip
         figure = None

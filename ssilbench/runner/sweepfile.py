@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -381,18 +381,35 @@ def plan_blocks(
     return plan, sweeps
 
 
-def panel_titles(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, str]:
-    """Design id (:attr:`RunSpec.design_id`) -> the figure panel its runs are drawn in: the
-    block's panel, the environment, and the values of the block's list-valued options.
-    Resolved without opening a dataset or needing a simulator."""
-    from ssilbench.runner.plan import resolve
+class PanelCell(NamedTuple):
+    """Where a planned run is drawn: its panel, its method's label, its label budget."""
 
-    titles: dict[str, str] = {}
+    title: str
+    method_label: str
+    budget: str
+
+
+def panel_cells(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, PanelCell]:
+    """Design id (:attr:`RunSpec.design_id`) -> the cell its runs are drawn in: the figure
+    panel (the block's panel, the environment, and the values of the block's list-valued
+    options), the method's label and the budget. Resolved without opening a dataset or
+    needing a simulator."""
+    from ssilbench.runner.plan import display_label, resolve_plan
+
+    cells: dict[str, PanelCell] = {}
     for block in sweep_file.blocks(quick):
         axes = [k for k, v in block.options.items() if isinstance(v, list)]
         for sweep in block.sweeps():
-            for spec in resolve(plugins, sweep):
+            plan = resolve_plan(plugins, sweep)
+            for spec in plan.runs:
                 extra = "".join(f", {k}={spec.options[k]}" for k in axes)
                 head = f"{block.panel}: " if block.panel else ""
-                titles.setdefault(spec.design_id, f"{head}{spec.env}{extra}")
-    return titles
+                label = display_label(spec.method, spec.config, plan.method_of(spec).cls.Config)
+                cell = PanelCell(f"{head}{spec.env}{extra}", label, spec.budget)
+                cells.setdefault(spec.design_id, cell)
+    return cells
+
+
+def panel_titles(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, str]:
+    """Design id -> the figure panel its runs are drawn in (see :func:`panel_cells`)."""
+    return {design: cell.title for design, cell in panel_cells(plugins, sweep_file, quick).items()}
