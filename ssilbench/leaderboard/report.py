@@ -11,9 +11,11 @@ A claim holds only when the seeds establish it: each check has a one-sided test 
 - **not established** otherwise (too few seeds, too much spread, or a difference too small
   for the seeds run);
 - **not checked** when the results the claim needs are missing: a method of the claim has
-  no results in a selected panel, or none at a budget the check is made at. Those budgets
-  are the ones the sweep file plans (for a panel built without a sweep file, the ones with
-  results), so that a study still running is not judged on the budgets it happens to have.
+  no results in a selected panel, or no selected panel has results at every budget the
+  check is made at. Those budgets are the ones the sweep file plans (for a panel built
+  without a sweep file, the ones with results), so that a study still running is not
+  judged on the budgets it happens to have: a panel without results at one of them is left
+  out, as a panel not run at all is, and the evidence names it.
 
 The checks (seeds are the values of one method at one budget in one panel; ``EPS`` = 1e-9):
 
@@ -79,8 +81,9 @@ RULES = (
     "How claims are judged: a claim is held only when the seeds establish it, by one-sided "
     f"tests at level {ALPHA} everywhere it speaks of (every selected panel and budget); "
     f"not held when the opposite is established somewhere (at level {ALPHA} / k for k "
-    "places); not established otherwise; not checked when its results are missing (at any "
-    "budget the check needs, of those the sweep file plans). "
+    "places); not established otherwise; not checked when its results are missing. A panel "
+    "without results at a budget the check needs (of those the sweep file plans) is left "
+    "out, and named in the evidence. "
     "`reaches`: every seed (two or more) at the largest budget is at least the threshold; "
     "refuted by a one-sample t-test of mean < threshold. `never_reaches`: a one-sample "
     "t-test of mean < threshold at every budget; refuted where every seed (two or more) "
@@ -330,15 +333,24 @@ def check(claim: Claim, panels: list[Panel]) -> Verdict:
             return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results for the methods named")
     if claim.check in ("beats", "gap_grows") and not claim.other:
         return Verdict(claim, NOT_CHECKED, f"'{claim.check}' needs the other method named")
-    for panel in chosen:  # a partial panel must not be judged on the budgets it happens to have
+    # A panel still running is not judged on the budgets it happens to have: like a panel
+    # not run at all, it is left out, and the evidence says so.
+    complete, waiting = [], []
+    for panel in chosen:
         named = [claim.method, *([claim.other] if claim.other else [])]
         needed = _needed(claim, panel)
         missing = [f"{name} at N_L={b}" for name in named for b in needed
                    if not panel.series[name].points.get(b)]  # fmt: skip
         if missing:
-            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results of "
-                           f"{', '.join(missing)} (planned, not run yet)")  # fmt: skip
-    return CHECKS[claim.check](claim, chosen)
+            waiting.append(f"{panel.title} (no results of {', '.join(missing)})")
+        else:
+            complete.append(panel)
+    if not complete:
+        return Verdict(claim, NOT_CHECKED, f"planned, not run yet: {'; '.join(waiting)}")
+    verdict = CHECKS[claim.check](claim, complete)
+    if waiting:
+        verdict.evidence += f"; not judged (planned, not run yet): {'; '.join(waiting)}"
+    return verdict
 
 
 def _table(panel: Panel) -> list[str]:
