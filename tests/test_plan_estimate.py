@@ -140,6 +140,9 @@ def test_kept_step_times_say_when_and_at_what_load_and_remeasure_replaces_them(c
     assert "on a small store of the task's shape): now, at load " in first.stdout
     measured = _kept(cli.results)
     assert len(measured) == 2  # bc alone and two runs stacked
+    kept = json.loads((cli.results / "timings.json").read_text())
+    # plan takes the median of 11 step-to-step times (12 steps), a passing spike moves it less
+    assert {m["stages"]["policy"]["steps_timed"] for m in kept} == {11}
     assert all(load is not None and load >= 0 for _, load in measured.values())
     again = cli(*args)
     assert again.returncode == 0, again.stderr

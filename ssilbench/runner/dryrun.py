@@ -331,11 +331,12 @@ def dry_run(
     stack: bool | None = None,
     executor: bool = False,
     remeasure: bool = False,
+    steps: int = 4,
 ) -> DryRun:
     """The stage plan and cost of running ``plan``'s runs not in ``done_ids``, in the units
     the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's).
     Step times are taken from ``timings`` (unless ``remeasure``) or measured now and added
-    to it (with ``measure_missing``)."""
+    to it (with ``measure_missing``), ``steps`` steps of each stage."""
     from ssilbench.runner.sweep import execution_units
     from ssilbench.runner.timings import device_description
 
@@ -354,7 +355,7 @@ def dry_run(
             if found is None and measure_missing:
                 together = f" ({stacked} runs stacked)" if stacked > 1 else ""
                 log(f"measuring step times of {spec.method} on {spec.env}{together} ...")
-                found = measure(method, task, plugins, device, stacked=stacked)
+                found = measure(method, task, plugins, device, steps=steps, stacked=stacked)
                 timings.add(found)
                 measured_now.add(key)
             measurements[key] = (spec.method, found)

@@ -285,8 +285,8 @@ def preview_run(
     cache_root = results_dir / "cache" if options.cache else None
     report = dry_run(prepared.plan, plugins, prepared.device, done, cache_root, timings,
                      measure_missing, workers=options.workers, log=log, stack=options.stack,
-                     executor=prepared.executor is not None,
-                     remeasure=options.remeasure)  # fmt: skip
+                     executor=prepared.executor is not None, remeasure=options.remeasure,
+                     steps=PLAN_STEPS if options.save_timings else PROBE_STEPS)  # fmt: skip
     return report, timings
 
 
@@ -297,6 +297,9 @@ PROBE_SHARE = 0.05
 """Step times are measured for the estimate only when the measurement's steps are at most
 this share of the steps the sweep trains: the estimate stays cheap next to the sweep."""
 PROBE_STEPS = 4  # steps of each stage a measurement trains (runner/timings.py: measure)
+PLAN_STEPS = 12
+"""Steps of each stage that ``ssilbench plan`` measures: asked for, it can afford a median
+over more steps, which a passing load spike moves less."""
 
 
 def estimate_run(
