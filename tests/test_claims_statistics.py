@@ -145,6 +145,11 @@ def test_a_missing_method_panel_or_shared_budget_is_not_checked():
     apart = panel("maze", series("A", {"0.1": [0.9, 0.8]}), series("B", {"0.2": [0.1, 0.2]}))
     v = check(claim("beats", other="B"), [apart])
     assert v.outcome == NOT_CHECKED and "no budget both methods ran" in v.evidence
+    # beside a panel with both methods, one without the other is left out and named
+    both = panel("10x10", series("A", {"0.1": [0.9, 0.8]}), series("B", {"0.1": [0.1, 0.2]}))
+    v = check(claim("beats", other="B"), [both, panel("20x20", *only_a.series.values())])
+    assert v.outcome == HELD and "10x10, N_L=0.1" in v.evidence
+    assert v.evidence.endswith("; not judged (results missing): 20x20 (no results of B)")
 
 
 def planned(s: Series, *budgets: str) -> Series:
@@ -157,13 +162,13 @@ def test_a_study_still_running_is_not_judged_on_the_budgets_it_happens_to_have()
     partial = panel("50x50", planned(series("A", {"0.1": [0.4, 0.5, 0.45]}), "0.1", "1.0"))
     v = check(claim("reaches"), [partial])
     assert v.outcome == NOT_CHECKED
-    assert v.evidence == "planned, not run yet: 50x50 (no results of A at N_L=1.0)"
+    assert v.evidence == "results missing: 50x50 (no results of A at N_L=1.0)"
     # beside complete panels it is left out, as a panel not run at all is, and named
     done = panel("10x10", planned(series("A", {"0.1": [0.5, 0.6], "1.0": [1.0, 1.0]}), "0.1",
                                   "1.0"))  # fmt: skip
     v = check(claim("reaches"), [done, partial])
     assert v.outcome == HELD and v.statistic == "every seed ≥ 1.000 in 1 panel(s) (n = 2)"
-    assert v.evidence.endswith("; not judged (planned, not run yet): 50x50 (no results of A "
+    assert v.evidence.endswith("; not judged (results missing): 50x50 (no results of A "
                                "at N_L=1.0)")  # fmt: skip
     # without a plan, the budgets with results are all there is
     assert check(claim("reaches"), [panel("50x50", series("A", {"0.1": [0.4, 0.5, 0.45]}))]

@@ -10,11 +10,11 @@ A claim holds only when the seeds establish it: each check has a one-sided test 
   (Bonferroni: one counterexample among k looks is otherwise found too easily);
 - **not established** otherwise (too few seeds, too much spread, or a difference too small
   for the seeds run);
-- **not checked** when the results the claim needs are missing: a method of the claim has
-  no results in a selected panel, or no selected panel has results at every budget the
-  check is made at. Those budgets are the ones the sweep file plans (for a panel built
-  without a sweep file, the ones with results), so that a study still running is not
-  judged on the budgets it happens to have: a panel without results at one of them is left
+- **not checked** when the results the claim needs are missing: no selected panel has
+  results of the claim's methods at every budget the check is made at. Those budgets are
+  the ones the sweep file plans (for a panel built without a sweep file, the ones with
+  results), so that a study still running is not judged on the budgets it happens to have:
+  a panel without results of a method, or without them at one of those budgets, is left
   out, as a panel not run at all is, and the evidence names it.
 
 The checks (seeds are the values of one method at one budget in one panel; ``EPS`` = 1e-9):
@@ -82,8 +82,8 @@ RULES = (
     f"tests at level {ALPHA} everywhere it speaks of (every selected panel and budget); "
     f"not held when the opposite is established somewhere (at level {ALPHA} / k for k "
     "places); not established otherwise; not checked when its results are missing. A panel "
-    "without results at a budget the check needs (of those the sweep file plans) is left "
-    "out, and named in the evidence. "
+    "without results of a method at a budget the check needs (of those the sweep file "
+    "plans) is left out, and named in the evidence. "
     "`reaches`: every seed (two or more) at the largest budget is at least the threshold; "
     "refuted by a one-sample t-test of mean < threshold. `never_reaches`: a one-sample "
     "t-test of mean < threshold at every budget; refuted where every seed (two or more) "
@@ -327,17 +327,18 @@ def check(claim: Claim, panels: list[Panel]) -> Verdict:
     chosen = _selected(panels, claim)
     if not chosen:
         return Verdict(claim, NOT_CHECKED, "no panel of the results matches")
-    for panel in chosen:
-        named = [claim.method, *([claim.other] if claim.other else [])]
-        if any(not panel.series.get(name, Series(name)).points for name in named):
-            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no results for the methods named")
     if claim.check in ("beats", "gap_grows") and not claim.other:
         return Verdict(claim, NOT_CHECKED, f"'{claim.check}' needs the other method named")
-    # A panel still running is not judged on the budgets it happens to have: like a panel
-    # not run at all, it is left out, and the evidence says so.
+    # A panel still running is not judged on the budgets it happens to have, nor one where a
+    # method named has no results yet: like a panel not run at all, it is left out, and the
+    # evidence says so.
     complete, waiting = [], []
     for panel in chosen:
         named = [claim.method, *([claim.other] if claim.other else [])]
+        absent = [name for name in named if not panel.series.get(name, Series(name)).points]
+        if absent:
+            waiting.append(f"{panel.title} (no results of {', '.join(absent)})")
+            continue
         needed = _needed(claim, panel)
         missing = [f"{name} at N_L={b}" for name in named for b in needed
                    if not panel.series[name].points.get(b)]  # fmt: skip
@@ -346,10 +347,10 @@ def check(claim: Claim, panels: list[Panel]) -> Verdict:
         else:
             complete.append(panel)
     if not complete:
-        return Verdict(claim, NOT_CHECKED, f"planned, not run yet: {'; '.join(waiting)}")
+        return Verdict(claim, NOT_CHECKED, f"results missing: {'; '.join(waiting)}")
     verdict = CHECKS[claim.check](claim, complete)
     if waiting:
-        verdict.evidence += f"; not judged (planned, not run yet): {'; '.join(waiting)}"
+        verdict.evidence += f"; not judged (results missing): {'; '.join(waiting)}"
     return verdict
 
 
