@@ -38,13 +38,9 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
     # The sweep file's runs by design id: found without opening a dataset.
     planned: set[str] | None = None
     if sweep_file is not None:
-        from ssilbench.runner.run_options import comma_list
-        from ssilbench.runner.sweepfile import load_sweep_file, panel_titles, select_blocks
+        from ssilbench.runner.sweepfile import load_blocks, panel_titles
 
-        path = Path(sweep_file)
-        names = [] if blocks is None else comma_list(blocks, "block", "--blocks positions")
-        chosen = select_blocks(load_sweep_file(path), path, names)
-        planned = set(panel_titles(state.plugins, chosen, quick))
+        planned = set(panel_titles(state.plugins, load_blocks(Path(sweep_file), blocks), quick))
     elif quick or blocks is not None:
         raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
     with ResultsStore.open_read_only(Path(results)) as store:

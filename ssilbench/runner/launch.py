@@ -73,14 +73,14 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     next, before datasets are built (which may take long)."""
     from ssilbench.runner.plan import prepare, resolve_plan
     from ssilbench.runner.results_db import ensure_writable
-    from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks, select_blocks
+    from ssilbench.runner.sweepfile import load_blocks, plan_blocks
 
     def results_dir() -> Path:
         return options.results if options.dry_run else ensure_writable(options.results)
 
     if options.sweep_file is not None:
         path = options.sweep_file
-        chosen = select_blocks(load_sweep_file(path), path, options.block_names())
+        chosen = load_blocks(path, options.blocks)
         resolved, sweeps = plan_blocks(plugins, chosen, path, None, options.quick)
         folder = results_dir()
         try:

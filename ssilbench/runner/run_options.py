@@ -266,21 +266,14 @@ class RunOptions:
     def _check_sweep_file(self) -> None:
         """Read and check the sweep file, its --blocks and its [quick] section now, so that a
         mistake in it is reported before the results folder is made."""
-        from ssilbench.runner.sweepfile import load_sweep_file, select_blocks
+        from ssilbench.runner.sweepfile import load_blocks
 
-        path = Path(self.sweep_file or "")
-        select_blocks(load_sweep_file(path), path, self.block_names()).blocks(self.quick)
+        load_blocks(Path(self.sweep_file or ""), self.blocks).blocks(self.quick)
 
     @property
     def datasets(self) -> str:
         """How planning treats datasets: a dry run only reads those already there."""
         return "read" if self.dry_run else "prepare"
-
-    def block_names(self) -> list[str]:
-        """The ``--blocks`` names and panels of a sweep file (none given: every block)."""
-        if self.blocks is None:
-            return []
-        return comma_list(self.blocks, "block", "--blocks positions")
 
     def sweep(self) -> Sweep:
         """The sweep the list flags describe (not for a sweep file); a malformed list raises

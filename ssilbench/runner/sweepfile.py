@@ -359,6 +359,15 @@ def select_blocks(sweep_file: SweepFile, path: Path, names: list[str]) -> SweepF
     return sweep_file.model_copy(update={"block": kept})
 
 
+def load_blocks(path: Path, blocks: str | None) -> SweepFile:
+    """The sweep file at ``path`` with only the blocks of a ``--blocks`` value (names or
+    panels, comma-separated; None: every block)."""
+    from ssilbench.runner.run_options import comma_list
+
+    names = [] if blocks is None else comma_list(blocks, "block", "--blocks positions")
+    return select_blocks(load_sweep_file(path), path, names)
+
+
 def plan_blocks(
     plugins, sweep_file: SweepFile, path: Path, data_root: Path | None, quick: bool,
     datasets: str = "prepare",
