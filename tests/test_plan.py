@@ -87,6 +87,27 @@ def test_labels_name_only_values_that_differ_from_the_defaults():
     assert display_label("m", {"hidden": [64], "lr": 0.01}, Config) == "m (hidden=[64], lr=0.01)"
 
 
+def test_a_field_left_out_of_the_dump_at_its_default_is_labelled_where_it_differs():
+    from pydantic import BaseModel, model_serializer
+
+    from ssilbench.runner.plan import display_label, non_default
+
+    class Options(BaseModel):
+        lr: float = 1e-3
+        palette: str = "ours"
+
+        @model_serializer(mode="wrap")
+        def _without_default_palette(self, handler):  # noqa: ANN001, ANN202
+            data = handler(self)
+            if data["palette"] == "ours":
+                del data["palette"]
+            return data
+
+    assert non_default(Options()) == {}
+    assert non_default(Options(palette="paper")) == {"palette": "paper"}
+    assert display_label("m", {"palette": "paper"}, Options) == "m (palette=paper)"
+
+
 def test_unknown_method(plugins, data_root):
     with pytest.raises(UnknownNameError) as info:
         build_plan(plugins, sweep(methods=["bc", "vm_idn"]), data_root)

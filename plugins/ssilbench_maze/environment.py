@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from ssilbench.api import (
     ConfigError,
@@ -33,6 +40,7 @@ from ssilbench_maze.expert import (
 from ssilbench_maze.generate import COMPLEXITY, DENSITY, generate_maze
 from ssilbench_maze.gym_env import (
     COLOURS,
+    PALETTES,
     FixedGoal,
     GoalPerEpisode,
     MazeObserver,
@@ -70,8 +78,13 @@ class MazeOptions(BaseModel):
     state: Literal["position", "image"] = Field(
         "position",
         description="Observation: the agent's (x, y) cell as float32, or a 3xHxW uint8 image "
-        "with one pixel per cell (wall black, free white, goal green, agent red, agent on "
-        "the goal yellow).",
+        "with one pixel per cell in the colours of `palette`.",
+    )
+    palette: Literal["ssilbench", "paper"] = Field(
+        "ssilbench",
+        description="Colours of state=image: 'ssilbench' = wall black, free white, goal "
+        "green, agent red, agent on the goal yellow; 'paper' = the paper's code's, wall "
+        "blue and the agent red on the goal too (the rest the same).",
     )
     data: Literal["rollouts", "states"] = Field(
         "rollouts",
@@ -119,6 +132,15 @@ class MazeOptions(BaseModel):
         "data='rollouts'.",
     )
 
+    @model_serializer(mode="wrap")
+    def _without_default_palette(self, handler: SerializerFunctionWrapHandler) -> dict:
+        # palette came after runs were recorded: left out at its default, options serialise
+        # as they did before and every earlier run keeps its run id.
+        data = handler(self)
+        if data.get("palette") == "ssilbench":
+            del data["palette"]
+        return data
+
     @model_validator(mode="after")
     def _copies_need_states(self) -> MazeOptions:
         # Rollouts already draw their own no-ops per episode: copies would only repeat them.
@@ -133,9 +155,9 @@ class MazeOptions(BaseModel):
 def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     """The options that change the dataset, plus the generator version.
 
-    ``noop``, ``goals`` and ``copies`` appear only when they differ from their defaults, so
-    the datasets of the deterministic fixed-goal mazes keep their keys (and a whole number of
-    goals is the only key to hold an int under ``goals``).
+    ``noop``, ``goals``, ``copies`` and ``palette`` (for images) appear only when they differ
+    from their defaults, so the datasets of the deterministic fixed-goal mazes keep their keys
+    (and a whole number of goals is the only key to hold an int under ``goals``).
     """
     key: dict[str, Any] = {
         "generator": GENERATOR,
@@ -152,6 +174,8 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
         key["goals"] = options.goals
     if options.copies != 1:
         key["copies"] = options.copies
+    if options.state == "image" and options.palette != "ssilbench":
+        key["palette"] = options.palette
     return key
 
 
@@ -234,7 +258,9 @@ class MazeTask(Task):
             if self.tables is not None
             else FixedGoal.from_expert(self.maze.expert)
         )
-        self.observe = MazeObserver(self.maze, options.state, goal_features=varies_goal)
+        self.observe = MazeObserver(
+            self.maze, options.state, goal_features=varies_goal, palette=options.palette
+        )
         # Dataset rollouts are cut at the default horizon, which depends only on the key.
         self.data_horizon = default_horizon(self.sampler.longest_path, options.noop)
         self.horizon = options.horizon or self.data_horizon
@@ -292,6 +318,8 @@ class MazeTask(Task):
             metadata["goal_cells"] = self.maze.expert.positions(self.goal_cells).tolist()
         if self.options.copies != 1:
             metadata["copies"] = self.options.copies
+        if self.options.state == "image" and self.options.palette != "ssilbench":
+            metadata["palette"] = self.options.palette
         return cell_world_spec(
             f"maze:{self.task}",
             self.observe,
@@ -418,13 +446,16 @@ class MazeTask(Task):
             seed=seed,
             noop=self.options.noop,
             sampler=self.sampler,
+            palette=self.options.palette,
         )
 
     def video_model(self) -> MazeVideoModel:
         # Imported here, so that `ssilbench list` and `--help` do not import torch.
         from ssilbench_maze.video_model import MazeVideoModel
 
-        return MazeVideoModel(self.maze, self.options.state, self.options.noop, self.tables)
+        return MazeVideoModel(
+            self.maze, self.options.state, self.options.noop, self.tables, self.options.palette
+        )
 
     @cached_property
     def test_pairs(self) -> tuple[np.ndarray, np.ndarray]:
@@ -479,6 +510,7 @@ class MazeEnvironment(Environment):
 
 __all__ = [
     "COLOURS",
+    "PALETTES",
     "GENERATOR",
     "MazeEnvironment",
     "MazeOptions",

@@ -4,10 +4,10 @@ Actions: 0 right (+x), 1 left (-x), 2 up (-y), 3 down (+y); a move into a wall s
 With no-op probability ``noop`` the agent stays put at each step whatever the action (a
 seeded draw per step). Reward 1.0 on reaching the goal (terminated), else 0; truncated
 after ``horizon`` steps. Observations are positions (x, y) as float32, or uint8 images
-(3, H, W) with one pixel per cell (see :data:`COLOURS`). Where the goal changes from one
-episode to the next, positions gain the goal's (gx, gy) and images draw the episode's goal.
-Start cells (and goals) come from an episode sampler: :class:`FixedGoal` or
-:class:`GoalPerEpisode`.
+(3, H, W) with one pixel per cell in the colours of a palette (see :data:`PALETTES`).
+Where the goal changes from one episode to the next, positions gain the goal's (gx, gy)
+and images draw the episode's goal. Start cells (and goals) come from an episode sampler:
+:class:`FixedGoal` or :class:`GoalPerEpisode`.
 """
 
 from __future__ import annotations
@@ -27,40 +27,63 @@ from ssilbench_maze.generate import Maze
 
 ObsKind = Literal["position", "image"]
 
-# RGB per cell kind, each channel 0 or 255. The agent is the only colour with a full red
-# channel and an empty blue one, so it can be found from those two channels alone; it
-# turns yellow on the goal so that the goal stays visible in the final frame.
-COLOURS: dict[str, tuple[int, int, int]] = {
-    "wall": (0, 0, 0),
-    "free": (255, 255, 255),
-    "goal": (0, 255, 0),
-    "agent": (255, 0, 0),
-    "agent_on_goal": (255, 255, 0),
+Palette = Literal["ssilbench", "paper"]
+
+# RGB per cell kind, each channel 0 or 255, per palette. In both the agent is the only
+# colour with a full red channel and an empty blue one, so it can be found from those two
+# channels alone. ssilbench's own turns the agent yellow on the goal, so that the goal stays
+# visible in the final frame; the paper's code draws walls blue and the agent red over the
+# goal.
+PALETTES: dict[str, dict[str, tuple[int, int, int]]] = {
+    "ssilbench": {
+        "wall": (0, 0, 0),
+        "free": (255, 255, 255),
+        "goal": (0, 255, 0),
+        "agent": (255, 0, 0),
+        "agent_on_goal": (255, 255, 0),
+    },
+    "paper": {
+        "wall": (0, 0, 255),
+        "free": (255, 255, 255),
+        "goal": (0, 255, 0),
+        "agent": (255, 0, 0),
+        "agent_on_goal": (255, 0, 0),
+    },
 }
+COLOURS = PALETTES["ssilbench"]
+"""The default palette."""
 
 # With no-ops the default horizon grows as 1 / (1 - noop), up to this many times the
 # deterministic one.
 NOOP_HORIZON_CAP = 10
 
 
-def background(maze: Maze, with_goal: bool = True) -> np.ndarray:
+def background(maze: Maze, with_goal: bool = True, palette: Palette = "ssilbench") -> np.ndarray:
     """The (3, H, W) uint8 image of walls, free cells and (optionally) the maze's goal."""
-    image = np.where(maze.walls[None], np.array(COLOURS["wall"])[:, None, None], 255)
-    image = image.astype(np.uint8)
+    colours = PALETTES[palette]
+    wall = np.array(colours["wall"])[:, None, None]
+    free = np.array(colours["free"])[:, None, None]
+    image = np.where(maze.walls[None], wall, free).astype(np.uint8)
     if with_goal:
         gx, gy = maze.goal_position
-        image[:, gy, gx] = COLOURS["goal"]
+        image[:, gy, gx] = colours["goal"]
     return image
 
 
 def render_cells(
-    maze: Maze, base: np.ndarray, cells: np.ndarray, goals: np.ndarray | None = None
+    maze: Maze,
+    base: np.ndarray,
+    cells: np.ndarray,
+    goals: np.ndarray | None = None,
+    palette: Palette = "ssilbench",
 ) -> np.ndarray:
     """Images (B, 3, H, W) of the agent at each of ``cells``, drawn on ``base``.
 
     ``goals`` (one cell per image) are drawn first where given; otherwise the goal is the
-    maze's, already part of ``base``. The agent turns yellow on its goal.
+    maze's, already part of ``base``. On its goal the agent takes the palette's
+    ``agent_on_goal`` colour.
     """
+    colours = PALETTES[palette]
     cells = np.asarray(cells, dtype=np.int64).reshape(-1)
     images = np.repeat(base[None], len(cells), axis=0)
     index = np.arange(len(cells))
@@ -69,11 +92,10 @@ def render_cells(
     else:
         goals = np.broadcast_to(np.asarray(goals, dtype=np.int64).reshape(-1), cells.shape)
         gxy = maze.expert.positions(goals)
-        images[index, :, gxy[:, 1], gxy[:, 0]] = np.array(COLOURS["goal"], dtype=np.uint8)
+        images[index, :, gxy[:, 1], gxy[:, 0]] = np.array(colours["goal"], dtype=np.uint8)
     xy = maze.expert.positions(cells)
-    colour = np.where((cells == goals)[:, None], COLOURS["agent_on_goal"], COLOURS["agent"]).astype(
-        np.uint8
-    )
+    on_goal = (cells == goals)[:, None]
+    colour = np.where(on_goal, colours["agent_on_goal"], colours["agent"]).astype(np.uint8)
     images[index, :, xy[:, 1], xy[:, 0]] = colour
     return images
 
@@ -83,18 +105,26 @@ class MazeObserver:
 
     With ``goal_features`` the goal is part of each observation: positions become
     (x, y, gx, gy) and images show the given goal cell instead of the maze's fixed goal.
+    Images take the colours of ``palette`` (:data:`PALETTES`).
     """
 
-    def __init__(self, maze: Maze, kind: ObsKind, goal_features: bool = False) -> None:
+    def __init__(
+        self,
+        maze: Maze,
+        kind: ObsKind,
+        goal_features: bool = False,
+        palette: Palette = "ssilbench",
+    ) -> None:
         self.maze = maze
         self.kind = kind
         self.goal_features = goal_features
+        self.palette = palette
         rows, cols = maze.shape
         if kind == "position":
             high = np.array([cols - 1, rows - 1] * (2 if goal_features else 1), dtype=np.float32)
             self.space: spaces.Box = spaces.Box(0.0, high, shape=high.shape, dtype=np.float32)
         elif kind == "image":
-            self.base = background(maze, with_goal=not goal_features)
+            self.base = background(maze, with_goal=not goal_features, palette=palette)
             self.space = spaces.Box(0, 255, shape=(3, rows, cols), dtype=np.uint8)
         else:
             raise ValueError(f"unknown observation kind {kind!r}")
@@ -122,7 +152,7 @@ class MazeObserver:
             if goals is not None:
                 xy = np.concatenate([xy, self.maze.expert.positions(goals)], axis=1)
             return xy.astype(np.float32)
-        return render_cells(self.maze, self.base, cells, goals)
+        return render_cells(self.maze, self.base, cells, goals, self.palette)
 
 
 def default_horizon(longest_path: int, noop: float = 0.0) -> int:
@@ -199,10 +229,13 @@ class MazeEnv(gymnasium.Env):
         render_mode: str | None = None,
         noop: float = 0.0,
         sampler: Sampler | None = None,
+        palette: Palette = "ssilbench",
     ) -> None:
         self.maze = maze
         self.sampler = sampler or FixedGoal.from_expert(maze.expert)
-        self.observe = MazeObserver(maze, obs_kind, goal_features=self.sampler.varies_goal)
+        self.observe = MazeObserver(
+            maze, obs_kind, goal_features=self.sampler.varies_goal, palette=palette
+        )
         self.noop = float(noop)
         self.horizon = horizon or default_horizon(self.sampler.longest_path, self.noop)
         self.observation_space = self.observe.space
@@ -238,8 +271,9 @@ class MazeEnv(gymnasium.Env):
 
     def render(self) -> np.ndarray:
         """The maze as an (H, W, 3) RGB array, one pixel per cell."""
-        base = background(self.maze, with_goal=False)
-        image = render_cells(self.maze, base, [self._cell], [self._goal])[0]
+        palette = self.observe.palette
+        base = background(self.maze, with_goal=False, palette=palette)
+        image = render_cells(self.maze, base, [self._cell], [self._goal], palette)[0]
         return image.transpose(1, 2, 0)
 
 
@@ -264,13 +298,16 @@ class MazeVectorEnv(VectorEnv):
         seed: int | None = None,
         noop: float = 0.0,
         sampler: Sampler | None = None,
+        palette: Palette = "ssilbench",
     ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.maze = maze
         self.num_envs = num_envs
         self.sampler = sampler or FixedGoal.from_expert(maze.expert)
-        self.observe = MazeObserver(maze, obs_kind, goal_features=self.sampler.varies_goal)
+        self.observe = MazeObserver(
+            maze, obs_kind, goal_features=self.sampler.varies_goal, palette=palette
+        )
         self.noop = float(noop)
         self.horizon = horizon or default_horizon(self.sampler.longest_path, self.noop)
         self.single_observation_space = self.observe.space

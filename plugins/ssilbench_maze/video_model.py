@@ -14,7 +14,7 @@ from ssilbench.api import VideoModel
 from ssilbench.kit import as_model_input
 from ssilbench_maze.expert import GoalTables
 from ssilbench_maze.generate import Maze
-from ssilbench_maze.gym_env import COLOURS, MazeObserver
+from ssilbench_maze.gym_env import PALETTES, MazeObserver, Palette
 
 
 class MazeVideoModel(VideoModel):
@@ -34,6 +34,7 @@ class MazeVideoModel(VideoModel):
         kind: Literal["position", "image"],
         noop: float = 0.0,
         tables: GoalTables | None = None,
+        palette: Palette = "ssilbench",
     ) -> None:
         self.maze = maze
         self.kind = kind
@@ -48,9 +49,9 @@ class MazeVideoModel(VideoModel):
             self._row = torch.from_numpy(tables.row.copy())
         self._positions = torch.as_tensor(maze.expert.positions(np.arange(maze.walls.size)))
         if kind == "image":
-            observer = MazeObserver(maze, "image", goal_features=self.per_episode)
+            observer = MazeObserver(maze, "image", goal_features=self.per_episode, palette=palette)
             self._background = as_model_input(observer.base)
-            colours = [COLOURS["agent"], COLOURS["agent_on_goal"]]
+            colours = [PALETTES[palette]["agent"], PALETTES[palette]["agent_on_goal"]]
             self._agent_colours = torch.tensor(colours, dtype=torch.float32) / 255.0
 
     def predict(self, obs: torch.Tensor) -> torch.Tensor:

@@ -656,11 +656,13 @@ def _flag_value(value: Any) -> str:
 def non_default(model: BaseModel) -> dict[str, Any]:
     """The fields of a config or options model that differ from their defaults."""
     # Both sides as JSON: a tuple default and the list it is read back as are the same value.
+    # A field a model leaves out of its dump at its default (so that earlier runs keep their
+    # ids) is in the dump only where it differs.
     defaults = type(model)().model_dump(mode="json")
     return {
         k: v
         for k, v in model.model_dump(mode="json").items()
-        if v != defaults[k] and not (hasattr(v, "__len__") and v == [])
+        if (k not in defaults or v != defaults[k]) and not (hasattr(v, "__len__") and v == [])
     }
 
 

@@ -17,7 +17,7 @@ from ssilbench.testing import TestSetScorer, rollout_returns
 from ssilbench_maze.environment import MazeEnvironment, MazeTask
 from ssilbench_maze.expert import MOVES, NO_ACTION, transition
 from ssilbench_maze.generate import Maze, generate_maze
-from ssilbench_maze.gym_env import COLOURS, MazeEnv
+from ssilbench_maze.gym_env import COLOURS, PALETTES, MazeEnv
 
 CPU = torch.device("cpu")
 REPO = Path(__file__).resolve().parents[3]
@@ -197,9 +197,10 @@ def test_dataset_is_cached_and_corruption_is_detected(tmp_path):
         task.dataset(tmp_path)
 
 
-def test_images_encode_walls_goal_and_agent(tmp_path):
-    assert len(set(COLOURS.values())) == len(COLOURS)
-    task = load(state="image", data="states")
+@pytest.mark.parametrize("palette", sorted(PALETTES))
+def test_images_encode_walls_goal_and_agent(tmp_path, palette):
+    COLOURS = PALETTES[palette]
+    task = load(state="image", data="states", palette=palette)
     store = task.dataset(tmp_path)
     maze = task.maze
     assert task.spec.obs_shape == (3, 11, 11) and store.obs.dtype == np.uint8
@@ -220,14 +221,62 @@ def test_images_encode_walls_goal_and_agent(tmp_path):
     assert (rgb[free] == COLOURS["free"]).all()
 
 
+def test_palettes_are_ssilbench_by_default_and_the_papers_on_request(tmp_path):
+    # In each palette the agent (also on the goal) is the one colour with a full red
+    # channel and an empty blue one; the other kinds are told apart.
+    for colours in PALETTES.values():
+        agent_like = {k for k, (r, _, b) in colours.items() if r == 255 and b == 0}
+        assert agent_like == {"agent", "agent_on_goal"}
+        others = [v for k, v in colours.items() if k != "agent_on_goal"]
+        assert len(set(others)) == len(others)
+    assert PALETTES["ssilbench"] == COLOURS
+    # The paper's code (its utils.get_base_maze_from_policy and state_to_img): walls blue,
+    # and the agent drawn red over the goal.
+    assert PALETTES["paper"]["wall"] == (0, 0, 255)
+    assert PALETTES["paper"]["agent_on_goal"] == PALETTES["paper"]["agent"] == (255, 0, 0)
+    ours, papers = (
+        load(state="image", data="states"),
+        load(state="image", data="states", palette="paper"),
+    )
+    # Left out of the options and the data key at its default, so that the datasets and
+    # run ids recorded before the option keep theirs; the paper's colours are a new dataset.
+    assert "palette" not in ours.options.model_dump() and "palette" not in ours.data_key
+    assert papers.options.model_dump()["palette"] == "paper"
+    assert papers.data_key == {**ours.data_key, "palette": "paper"}
+    assert papers.dataset_path(tmp_path) != ours.dataset_path(tmp_path)
+    assert papers.spec.metadata == {**ours.spec.metadata, "palette": "paper"}
+    # Positions have no colours: the option changes neither their data nor their spec.
+    assert load(palette="paper").data_key == load().data_key
+    # The same cells in both palettes, the environments' frames included.
+    venvs = [task.make_vec_env(4, seed=3) for task in (ours, papers)]
+    frames = [venv.reset(seed=3)[0] for venv in venvs]
+    walls = ours.maze.walls
+    assert (frames[0][:, :, walls] == 0).all() and (frames[1][:, 2, walls] == 255).all()
+    assert np.array_equal(
+        frame_cells_image(frames[0], ours.maze), frame_cells_image(frames[1], papers.maze)
+    )
+    on_goal = MazeEnv(ours.maze, "image", palette="paper")
+    on_goal.reset(seed=0)
+    on_goal._cell = ours.maze.goal
+    gx, gy = ours.maze.goal_position
+    assert tuple(on_goal.render()[gy, gx]) == (255, 0, 0)
+
+
+def test_a_palette_that_does_not_exist_is_refused():
+    with pytest.raises(pydantic.ValidationError, match="palette"):
+        load(state="image", palette="blue")
+
+
 def frame_cells_image(obs: np.ndarray, maze: Maze) -> np.ndarray:
     agent = (obs[:, 0] == 255) & (obs[:, 2] == 0)
     return agent.reshape(len(obs), -1).argmax(axis=1)
 
 
-@pytest.mark.parametrize("state", ["position", "image"])
-def test_video_model_matches_f_of_expert_action(state):
-    task = load(state=state)
+@pytest.mark.parametrize(
+    "state, palette", [("position", "ssilbench"), ("image", "ssilbench"), ("image", "paper")]
+)
+def test_video_model_matches_f_of_expert_action(state, palette):
+    task = load(state=state, palette=palette)
     expert = task.maze.expert
     sources = expert.sources
     target = transition(task.maze.walls, sources, expert.action[sources])
