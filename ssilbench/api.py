@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel
 
-from ssilbench.env_spec import ChunkedControlOptions, EnvSpec, NoOptions, Normaliser
+from ssilbench.env_spec import (
+    ChunkedControlOptions,
+    EnvSpec,
+    NoOptions,
+    Normaliser,
+    omitted_at_default,
+)
 from ssilbench.errors import (
     ConfigError,
     DatasetError,
@@ -81,6 +87,7 @@ __all__ = [
     "UsageError",
     "VideoModel",
     "hookimpl",
+    "omitted_at_default",
     "provides",
     "registers",
     "stream_seed",

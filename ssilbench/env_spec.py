@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 
 class Normaliser(BaseModel):
@@ -68,6 +75,24 @@ class EnvSpec(BaseModel):
     report: Literal["final", "max"] = "final"
     """Which evaluation a leaderboard reports: after training, or the best during training."""
     metadata: dict[str, Any] = {}
+
+
+def omitted_at_default(*fields: str) -> Any:
+    """A serializer for an Options or Config model that leaves ``fields`` out of its dump
+    while they hold their defaults. A field added after runs were recorded changes no run id
+    that way (a run's spec holds the dumped options and config); set to another value, it is
+    dumped and names a new run. Assign it in the class body:
+    ``_serialise = omitted_at_default("palette")``."""
+
+    @model_serializer(mode="wrap")
+    def serialise(self: BaseModel, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in fields:
+            if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                del data[name]
+        return data
+
+    return serialise
 
 
 class NoOptions(BaseModel):

@@ -88,21 +88,20 @@ def test_labels_name_only_values_that_differ_from_the_defaults():
 
 
 def test_a_field_left_out_of_the_dump_at_its_default_is_labelled_where_it_differs():
-    from pydantic import BaseModel, model_serializer
+    from pydantic import BaseModel
 
+    from ssilbench.api import omitted_at_default
     from ssilbench.runner.plan import display_label, non_default
 
     class Options(BaseModel):
         lr: float = 1e-3
         palette: str = "ours"
+        _serialise = omitted_at_default("palette")
 
-        @model_serializer(mode="wrap")
-        def _without_default_palette(self, handler):  # noqa: ANN001, ANN202
-            data = handler(self)
-            if data["palette"] == "ours":
-                del data["palette"]
-            return data
-
+    assert Options().model_dump() == {"lr": 1e-3}
+    assert Options(palette="ours").model_dump(mode="json") == Options().model_dump(mode="json")
+    assert Options(palette="paper").model_dump() == {"lr": 1e-3, "palette": "paper"}
+    assert Options.model_validate(Options().model_dump()) == Options()  # reads back
     assert non_default(Options()) == {}
     assert non_default(Options(palette="paper")) == {"palette": "paper"}
     assert display_label("m", {"palette": "paper"}, Options) == "m (palette=paper)"

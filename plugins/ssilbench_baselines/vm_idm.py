@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
 from ssilbench.api import (
     Architecture,
@@ -21,6 +21,7 @@ from ssilbench.api import (
     RunContext,
     Stage,
     VideoModel,
+    omitted_at_default,
 )
 from ssilbench.kit import (
     RegressionVideoModel,
@@ -68,15 +69,10 @@ class VMIDMConfig(MethodConfig):
         "video mode on D_U, then inverse mode on D_L, sampled as both.",
     )
 
-    @model_serializer(mode="wrap")
-    def _without_default_pairing(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # pairing came after runs were recorded and changes nothing but unified models'
-        # runs (whose plugin declares a new results revision): left out at its default, the
-        # other runs keep their run ids.
-        data = handler(self)
-        if data.get("pairing") == "initial":
-            del data["pairing"]
-        return data
+    # pairing came after runs were recorded and changes nothing but unified models' runs
+    # (whose plugin declares a new results revision): at its default, the other runs keep
+    # their run ids.
+    _serialise = omitted_at_default("pairing")
 
 
 def _paired_with_initial(cfg: VMIDMConfig, spec: EnvSpec) -> bool:

@@ -27,13 +27,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 from torch import nn
 
-from ssilbench.api import Policy, RunContext, Stage
+from ssilbench.api import Policy, RunContext, Stage, omitted_at_default
 from ssilbench.kit import (
     ArrayRows,
     ImpalaTrunk,
@@ -188,14 +186,9 @@ class WorldModelConfig(BaseModel):
         "results revision 1). On CUDA fast_cuda decides.",
     )
 
-    @model_serializer(mode="wrap")
-    def _without_default_memory_format(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # memory_format came after runs were recorded: left out at its default, a config
-        # serialises as it did before (the plugin's RESULTS_REVISION marks the new results).
-        data = handler(self)
-        if data.get("memory_format") == "channels_last":
-            del data["memory_format"]
-        return data
+    # memory_format came after runs were recorded: at its default, a config serialises as
+    # it did before (the plugin's RESULTS_REVISION marks the new results).
+    _serialise = omitted_at_default("memory_format")
 
     @model_validator(mode="after")
     def _options_fit_the_forward_model(self) -> WorldModelConfig:

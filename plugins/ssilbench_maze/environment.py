@@ -10,14 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ssilbench.api import (
     ConfigError,
@@ -26,6 +19,7 @@ from ssilbench.api import (
     Normaliser,
     Task,
     TestSet,
+    omitted_at_default,
 )
 from ssilbench.kit import TransitionStore
 from ssilbench_maze.expert import (
@@ -132,14 +126,8 @@ class MazeOptions(BaseModel):
         "data='rollouts'.",
     )
 
-    @model_serializer(mode="wrap")
-    def _without_default_palette(self, handler: SerializerFunctionWrapHandler) -> dict:
-        # palette came after runs were recorded: left out at its default, options serialise
-        # as they did before and every earlier run keeps its run id.
-        data = handler(self)
-        if data.get("palette") == "ssilbench":
-            del data["palette"]
-        return data
+    # palette came after runs were recorded: at its default, earlier runs keep their ids.
+    _serialise = omitted_at_default("palette")
 
     @model_validator(mode="after")
     def _copies_need_states(self) -> MazeOptions:
