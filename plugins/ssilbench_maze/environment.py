@@ -162,9 +162,17 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
         key["goals"] = options.goals
     if options.copies != 1:
         key["copies"] = options.copies
-    if options.state == "image" and options.palette != "ssilbench":
-        key["palette"] = options.palette
+    if palette := other_palette(options):
+        key["palette"] = palette
     return key
+
+
+def other_palette(options: MazeOptions) -> str | None:
+    """The palette of an image task that is not the default one (None otherwise): what the
+    data key and the spec's metadata record, so that earlier datasets keep their bytes."""
+    if options.state == "image" and options.palette != "ssilbench":
+        return options.palette
+    return None
 
 
 def short_hash(payload: dict[str, Any]) -> str:
@@ -306,8 +314,8 @@ class MazeTask(Task):
             metadata["goal_cells"] = self.maze.expert.positions(self.goal_cells).tolist()
         if self.options.copies != 1:
             metadata["copies"] = self.options.copies
-        if self.options.state == "image" and self.options.palette != "ssilbench":
-            metadata["palette"] = self.options.palette
+        if palette := other_palette(self.options):
+            metadata["palette"] = palette
         return cell_world_spec(
             f"maze:{self.task}",
             self.observe,

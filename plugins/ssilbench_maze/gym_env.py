@@ -34,21 +34,16 @@ Palette = Literal["ssilbench", "paper"]
 # channels alone. ssilbench's own turns the agent yellow on the goal, so that the goal stays
 # visible in the final frame; the paper's code draws walls blue and the agent red over the
 # goal.
+_SSILBENCH: dict[str, tuple[int, int, int]] = {
+    "wall": (0, 0, 0),
+    "free": (255, 255, 255),
+    "goal": (0, 255, 0),
+    "agent": (255, 0, 0),
+    "agent_on_goal": (255, 255, 0),
+}
 PALETTES: dict[str, dict[str, tuple[int, int, int]]] = {
-    "ssilbench": {
-        "wall": (0, 0, 0),
-        "free": (255, 255, 255),
-        "goal": (0, 255, 0),
-        "agent": (255, 0, 0),
-        "agent_on_goal": (255, 255, 0),
-    },
-    "paper": {
-        "wall": (0, 0, 255),
-        "free": (255, 255, 255),
-        "goal": (0, 255, 0),
-        "agent": (255, 0, 0),
-        "agent_on_goal": (255, 0, 0),
-    },
+    "ssilbench": _SSILBENCH,
+    "paper": {**_SSILBENCH, "wall": (0, 0, 255), "agent_on_goal": (255, 0, 0)},
 }
 COLOURS = PALETTES["ssilbench"]
 """The default palette."""
