@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from ssilbench.api import Stage
-from ssilbench.train.batched import fit_classifiers, padded_width
+from ssilbench.train.batched import StackedAdam, fit_classifiers, padded_width
 from ssilbench.train.budget import StagePlan
+from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import StoppingRule
 from ssilbench.train.supervised import fit_classifier
 
@@ -70,3 +71,61 @@ def test_padded_widths_depend_on_the_width_alone_and_bound_the_padding():
     assert all(w <= p <= max(8, 1.25 * w) for w, p in zip(widths, padded, strict=True))
     assert padded == sorted(padded)  # a wider run never gets fewer rows
     assert [padded_width(w) for w in (8, 9, 33, 64, 65, 1273)] == [8, 10, 40, 64, 80, 1280]
+
+
+class Killed(Exception):
+    pass
+
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU")),
+]
+
+
+def stacked_fit(folder, device: str, kill_at_step: int | None = None, monkeypatch=None):
+    """The runs of ``problem`` fitted together on ``device``, each saving its checkpoint every
+    20 steps under ``folder``; with ``kill_at_step``, the fit is killed at that optimiser
+    step (counted over every group)."""
+    problems = [problem(r) for r in range(len(SIZES))]
+    nets = [net.to(device) for net, _, _ in problems]
+    budgets = []
+    for r, net in enumerate(nets):
+        plan = StagePlan([Stage("fit", STEPS, policy=True)], 50, evaluate=lambda policy: None,
+                         checkpoints=RunCheckpoints(folder / str(r), 20, []))  # fmt: skip
+        budgets.append(plan.stage("fit", policy=net))
+    if kill_at_step is not None:
+        step, calls = StackedAdam.step, [0]
+
+        def killing(self):
+            calls[0] += 1
+            if calls[0] == kill_at_step:
+                raise Killed
+            step(self)
+
+        monkeypatch.setattr(StackedAdam, "step", killing)
+    fit_classifiers(
+        nets, [x.to(device) for _, x, _ in problems], [y.to(device) for _, _, y in problems],
+        budgets, lr=0.01, batch_sizes=BATCHES, seeds=list(range(len(SIZES))), rule=RULE,
+    )  # fmt: skip
+    return nets, budgets
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_stacked_fit_resumed_from_its_checkpoints_ends_where_an_uninterrupted_one_does(
+    tmp_path, monkeypatch, device
+):
+    reference, reference_budgets = stacked_fit(tmp_path / "a", device)
+    with pytest.raises(Killed):
+        stacked_fit(tmp_path / "b", device, kill_at_step=330, monkeypatch=monkeypatch)
+    monkeypatch.undo()
+    saved = sorted(p.parent.name for p in (tmp_path / "b").glob("*/fit.pt"))
+    assert saved, "the killed fit should have left checkpoints to resume from"
+    resumed, budgets = stacked_fit(tmp_path / "b", device)
+    # Full-batch and minibatch runs went on from checkpoints (runs 2 and 4), runs whose first
+    # check had stopped them started over.
+    assert [bool(b.resumed_from) for b in budgets] == [False, True, True, True, True]
+    assert [b.used for b in budgets] == [b.used for b in reference_budgets]
+    for a, b in zip(reference, resumed, strict=True):
+        for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(pa, pb)

@@ -406,10 +406,13 @@ def _resume(run: _Run) -> None:
     state = checkpoints.load(budget.stage.name, CHECKPOINT_FORMAT)
     if state is None:
         return
+    device = next(run.net.parameters()).device
     with torch.no_grad():
         for name, value in run.net.named_parameters():
             value.copy_(state["params"][name.replace(".", "/")])
-    run.moments = {k: (state["exp_avg"][k], state["exp_avg_sq"][k]) for k in state["exp_avg"]}
+    # Checkpoints load onto the CPU; the stacked Adam steps its moments beside the parameters.
+    run.moments = {k: (state["exp_avg"][k].to(device), state["exp_avg_sq"][k].to(device))
+                   for k in state["exp_avg"]}  # fmt: skip
     run.sampler.load_state(state["sampler"])
     budget.used, budget.plan.global_step = state["used"], state["global_step"]
     budget.resumed_from = budget.used
