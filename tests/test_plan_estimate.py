@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.dryrun import dry_run
+from ssilbench.runner.dryrun import dry_run, interpolate
 from ssilbench.runner.plan import build_plan
 from ssilbench.runner.spec import Sweep
 from ssilbench.runner.timings import Measurement, StageTiming, Timings, measure, measurement_key
@@ -27,16 +27,20 @@ def plan(tmp_path_factory):
     return build_plan(PLUGINS, sweep, tmp_path_factory.mktemp("data"))
 
 
-def _timings(plan) -> Timings:
-    """Step times of bc on the task, alone and three runs stacked, as if measured before."""
+def _timings(plan, per_labeled: float = 0.0) -> Timings:
+    """Step times of bc on the task, alone and three runs stacked, at the smallest and the
+    largest label budget, as if measured before: ``per_labeled`` more a step for each
+    labeled transition (a full-batch stage)."""
     spec = plan.runs[0]
     method, task = plan.method_of(spec), plan.task_of(spec)
     device = torch.device("cpu")
     timings = Timings(None)
     for stacked, seconds in ((1, ALONE), (3, STACKED)):
-        key = measurement_key(method, task.spec, device, stacked)
-        stages = {"policy": StageTiming(seconds)}
-        timings.add(Measurement(key, "bc", "cpu", stages, 0.0, 0.0, stacked=stacked))
+        for labeled in (16, 64):
+            key = measurement_key(method, task.spec, device, stacked, labeled)
+            stages = {"policy": StageTiming(seconds + per_labeled * labeled)}
+            timings.add(Measurement(key, "bc", "cpu", stages, 0.0, 0.0, stacked=stacked,
+                                    labeled=labeled))  # fmt: skip
     return timings
 
 
@@ -44,8 +48,28 @@ def _policy_compute(plan, timings, **how) -> float:
     report = dry_run(plan, PLUGINS, torch.device("cpu"), set(), None, timings,
                      measure_missing=False, **how)  # fmt: skip
     [work] = report.works
-    assert (work.method, work.stage, work.to_train) == ("bc", "policy", 6)
+    assert (work.method, work.stage, work.to_train) == ("bc", "policy", len(plan.runs))
     return work.seconds
+
+
+def test_each_run_is_costed_at_its_label_budget(tmp_path):
+    # Measured at the smallest and the largest budget (16 and 64 labeled transitions); a run
+    # at 40 is costed halfway between, not at the sample size every run was timed at before.
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16", "40", "64"], seeds=[0],
+                  steps=STEPS)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path)
+    per = 0.01
+    expected = STEPS * sum(ALONE + per * n for n in (16, 40, 64))
+    assert _policy_compute(plan, _timings(plan, per), stack=False) == pytest.approx(expected)
+
+
+def test_a_step_time_is_interpolated_between_the_measured_budgets_and_grows_beyond():
+    assert interpolate(40, 16, 64, 1.0, 2.0) == 1.5
+    assert interpolate(16, 16, 64, 1.0, 2.0) == 1.0 and interpolate(64, 16, 64, 1.0, 2.0) == 2.0
+    assert interpolate(7, 7, 7, 3.0, 3.0) == 3.0  # one budget: one measurement
+    # beyond the largest measured budget (MAX_LABELED) at the measured slope, never falling
+    assert interpolate(112, 16, 64, 1.0, 2.0) == 3.0
+    assert interpolate(112, 16, 64, 2.0, 1.0) == 1.0
 
 
 def test_runs_stacked_in_one_process_are_costed_at_the_stacked_step_time(plan):
@@ -84,6 +108,32 @@ def test_a_stacked_measurement_fits_the_runs_together(plan, monkeypatch):
     assert fitted == [3]
     assert m.stacked == 3 and m.stages["policy"].steps_timed >= 1
     assert m.key == measurement_key(method, task.spec, torch.device("cpu"), 3)
+    assert m.key != measurement_key(method, task.spec, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("labeled", [300, 1500])
+def test_a_measurement_trains_on_the_labeled_transitions_it_is_asked_for(
+    plan, monkeypatch, labeled
+):
+    # 1500 is more than the usual sample store holds (1024 frames): it grows to hold them
+    from ssilbench.runner import timings
+
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    seen: list[tuple[str, int]] = []
+    declare = timings.RunInputs.declare
+
+    def recording(method, task, store, budget, *args, **kwargs):
+        seen.append((budget, store.num_transitions))
+        return declare(method, task, store, budget, *args, **kwargs)
+
+    monkeypatch.setattr(timings.RunInputs, "declare", staticmethod(recording))
+    torch.set_num_threads(1)
+    m = measure(method, task, PLUGINS, torch.device("cpu"), steps=2, labeled=labeled)
+    [(budget, transitions)] = seen
+    assert budget == str(labeled) and transitions >= labeled
+    assert m.labeled == labeled
+    assert m.key == measurement_key(method, task.spec, torch.device("cpu"), 1, labeled)
     assert m.key != measurement_key(method, task.spec, torch.device("cpu"))
 
 

@@ -20,7 +20,13 @@ from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import SsilbenchError
 from ssilbench.runner.plan import Problem, SweepPlan, TaskInfo, dataset_problem_lines
 from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
+from ssilbench.runner.timings import (
+    MAX_LABELED,
+    Measurement,
+    Timings,
+    measure,
+    measurement_key,
+)
 from ssilbench.runner.worker import stage_scope
 from ssilbench.train.memo import StageCache, share_identity
 
@@ -157,6 +163,16 @@ class DryRun:
                 "Step times: measured on this device (steady state of a few steps of "
                 "each stage on a small store of the task's shape)" + self._when() + "."
             )
+            labeled = sorted({m.labeled for _, m in self.measurements.values()
+                              if m is not None and m.labeled is not None})  # fmt: skip
+            if labeled:
+                lines.append(
+                    "Each method and task is measured at the smallest and largest of its "
+                    "runs' label budgets ("
+                    + ", ".join(f"{n:,}" for n in labeled)
+                    + " labeled transitions), and a run's step time is interpolated "
+                    "linearly between."
+                )
             sizes = sorted({m.stacked for _, m in self.measurements.values()
                             if m is not None and m.stacked > 1})  # fmt: skip
             if sizes:
@@ -247,6 +263,52 @@ def _stacks(stage: Stage, spec: RunSpec, task: TaskInfo) -> bool:
     return rows * 2 * frame <= STACK_BYTES
 
 
+def labeled_transitions(plan: SweepPlan, spec: RunSpec) -> int | None:
+    """The labeled transitions a run trains on, where they are known before it runs: its
+    budget resolved against the task's dataset, or a count of transitions without one."""
+    task = plan.task_of(spec)
+    if task.spec.budget_unit != "transitions":
+        return None
+    if task.dataset is None:
+        return int(spec.budget) if spec.budget.isascii() and spec.budget.isdigit() else None
+    try:
+        return resolve_budget(spec.budget, available_items(task.dataset, "transitions"),
+                              "transitions")  # fmt: skip
+    except SsilbenchError:
+        return None
+
+
+def _span_key(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
+    return SweepPlan.method_key(spec.method, spec.config), spec.env
+
+
+def label_spans(plan: SweepPlan, indices: list[int]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(method config, task) -> the smallest and largest labeled transitions (at most
+    MAX_LABELED) of its runs among ``indices``: the budgets its step times are measured at."""
+    spans: dict[tuple[str, str], tuple[int, int]] = {}
+    for i in indices:
+        n = labeled_transitions(plan, plan.runs[i])
+        if n is None:
+            continue
+        n = max(1, min(n, MAX_LABELED))
+        key = _span_key(plan, plan.runs[i])
+        lo, hi = spans.get(key, (n, n))
+        spans[key] = (min(lo, n), max(hi, n))
+    return spans
+
+
+def interpolate(n: int, lo: int, hi: int, at_lo: float, at_hi: float) -> float:
+    """The step time at ``n`` labeled transitions from those measured at ``lo`` and ``hi``:
+    linear in between (a full-batch stage's work grows with N_L, a minibatch one's stays),
+    and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if any."""
+    if hi == lo:
+        return at_lo
+    slope = (at_hi - at_lo) / (hi - lo)
+    if n <= hi:
+        return at_lo + slope * (max(n, lo) - lo)
+    return at_hi + max(0.0, slope) * (n - hi)
+
+
 def probe_steps(
     plan: SweepPlan, results_dir: Path, per_stage: int, retry_failed: bool = False
 ) -> tuple[int, int]:
@@ -257,15 +319,18 @@ def probe_steps(
 
     skipped = ("done",) if retry_failed else ("done", "failed")
     done = {r for r, status in read_statuses(results_dir).items() if status in skipped}
+    todo = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done]
+    spans = label_spans(plan, todo)
     pending, probed = 0, {}
-    for spec in plan.runs:
-        if spec.run_id in done:
-            continue
+    for i in todo:
+        spec = plan.runs[i]
         pending += spec.steps
         task = plan.task_of(spec)
-        key = (SweepPlan.method_key(spec.method, spec.config), task.spec.obs_shape,
-               task.spec.num_actions)  # fmt: skip
-        probed[key] = per_stage * sum(s.steps > 0 for s in plan.stages[spec.run_id])
+        span = spans.get(_span_key(plan, spec))
+        for n in sorted(set(span)) if span else [None]:
+            key = (SweepPlan.method_key(spec.method, spec.config), task.spec.obs_shape,
+                   task.spec.num_actions, n)  # fmt: skip
+            probed[key] = per_stage * sum(s.steps > 0 for s in plan.stages[spec.run_id])
     return pending, sum(probed.values())
 
 
@@ -345,21 +410,39 @@ def dry_run(
     measurements: dict[str, tuple[str, Measurement | None]] = {}
     measured_now: set[str] = set()
 
-    def measured(index: int, stacked: int) -> Measurement | None:
+    spans = label_spans(plan, pending)
+
+    def measured(index: int, stacked: int, labeled: int | None) -> Measurement | None:
         spec = plan.runs[index]
         method, task = plan.method_of(spec), plan.task_of(spec)
         stacked = stacked if method.cls.batched else 1
-        key = measurement_key(method, task.spec, device, stacked)
+        key = measurement_key(method, task.spec, device, stacked, labeled)
         if key not in measurements:
             found = None if remeasure else timings.get(key)
             if found is None and measure_missing:
                 together = f" ({stacked} runs stacked)" if stacked > 1 else ""
-                log(f"measuring step times of {spec.method} on {spec.env}{together} ...")
-                found = measure(method, task, plugins, device, steps=steps, stacked=stacked)
+                at = f" at {labeled:,} labeled transitions" if labeled is not None else ""
+                log(f"measuring step times of {spec.method} on {spec.env}{at}{together} ...")
+                found = measure(method, task, plugins, device, steps=steps, stacked=stacked,
+                                labeled=labeled)  # fmt: skip
                 timings.add(found)
                 measured_now.add(key)
             measurements[key] = (spec.method, found)
         return measurements[key][1]
+
+    def step_seconds(index: int, stacked: int, stage: str) -> float | None:
+        """The run's step time of ``stage``, at its label budget where that is known."""
+        spec = plan.runs[index]
+        span = spans.get(_span_key(plan, spec))
+        n = labeled_transitions(plan, spec)
+        if span is None or n is None:
+            m = measured(index, stacked, None)
+            return None if m is None or stage not in m.stages else m.stages[stage].seconds_per_step
+        ends = [measured(index, stacked, end) for end in span]
+        if any(m is None or stage not in m.stages for m in ends):
+            return None
+        at_lo, at_hi = (m.stages[stage].seconds_per_step for m in ends)  # type: ignore[union-attr]
+        return interpolate(n, *span, at_lo, at_hi)
 
     stacked = _stacked_with(plan, execution_units(plan, pending, workers, stack, executor))
     works: dict[tuple[str, str], StageWork] = {}
@@ -369,7 +452,8 @@ def dry_run(
     for index in pending:
         spec = plan.runs[index]
         task = plan.task_of(spec)
-        m = measured(index, 1)
+        span = spans.get(_span_key(plan, spec))
+        m = measured(index, 1, span[0] if span else None)
         for stage, identity in _identities(plan, index):
             work = works.setdefault(
                 (spec.method, stage.name),
@@ -385,11 +469,11 @@ def dry_run(
                 work.cached += 1
                 continue
             k = stacked[index] if _stacks(stage, spec, task) else 1
-            timing = m if k == 1 else measured(index, k)
-            if timing is None or stage.name not in timing.stages:
+            seconds = step_seconds(index, k, stage.name)
+            if seconds is None:
                 work.unknown = True
             else:
-                work.compute += stage.steps * timing.stages[stage.name].seconds_per_step
+                work.compute += stage.steps * seconds
         if m is None:
             eval_known = other_known = False
             continue

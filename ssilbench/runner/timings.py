@@ -11,6 +11,10 @@ Runs a sweep stacks into one computation (``Method.fit_many``) are measured stac
 ``k`` runs fitted together, each run's step time being the group's over ``k``. A small
 classifier stacked five times costs a fraction of five lone runs, so costing each run alone
 would overstate such a sweep many times over.
+A labeled stage's step time also depends on how many labeled transitions it trains on (a
+full-batch stage's batch is all of them, a minibatch one's min(batch, N_L)), so a sweep's
+runs are measured at the label budgets they use: ``labeled`` transitions, at most
+MAX_LABELED (``ssilbench.runner.dryrun`` interpolates between the smallest and largest).
 Measurements are kept in ``RESULTS/timings.json`` keyed by what they depend on.
 """
 
@@ -41,6 +45,9 @@ FILE = "timings.json"
 SAMPLE_FRAMES = 1024
 """Frames of the small store a measurement trains on (its D_U)."""
 SAMPLE_LABELED = 256  # labeled stages train at the paper's batch, min(128, N_L) = 128
+"""Labeled transitions of a measurement when the runs' label budget is not known."""
+MAX_LABELED = 16384
+"""The most labeled transitions a measurement trains on (its sample store holds them)."""
 
 
 @dataclass
@@ -69,6 +76,9 @@ class Measurement:
     load: float | None = None
     """The machine's 1-minute load average when measured (None where it is not known): on a
     shared CPU, step times measured at different loads differ several times over."""
+    labeled: int | None = None
+    """The labeled transitions each run trained on (None: SAMPLE_LABELED, or fewer where the
+    sample store had fewer)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
@@ -83,11 +93,16 @@ def device_description(device: torch.device) -> str:
 
 
 def measurement_key(
-    method: MethodInfo, spec: EnvSpec, device: torch.device, stacked: int = 1
+    method: MethodInfo,
+    spec: EnvSpec,
+    device: torch.device,
+    stacked: int = 1,
+    labeled: int | None = None,
 ) -> str:
     """What a step time depends on: the method and config, the task's observations and
-    actions, the device and torch, and how many runs are stacked (left out for one, so
-    that the keys of lone runs are those measured before stacking was)."""
+    actions, the device and torch, how many runs are stacked (left out for one, so that the
+    keys of lone runs are those measured before stacking was) and how many labeled
+    transitions the runs train on (left out where that is not known: SAMPLE_LABELED)."""
     shape = {
         k: getattr(spec, k)
         for k in (
@@ -108,6 +123,7 @@ def measurement_key(
             "device": device_description(device),
             "torch": torch.__version__,
             **({"stacked": stacked} if stacked > 1 else {}),
+            **({"labeled": labeled} if labeled is not None else {}),
         },
         sort_keys=True,
         default=list,
@@ -171,15 +187,17 @@ class _TimedPlan(StagePlan):
         return timed
 
 
-def _sample_store(task: TaskInfo, root: Path) -> TransitionStore:
+def _sample_store(task: TaskInfo, root: Path, labeled: int = 0) -> TransitionStore:
     """A small store of the task's shape: the first episodes of its dataset (at most
-    SAMPLE_FRAMES frames, at least one episode), or random frames when it has none."""
+    SAMPLE_FRAMES frames, at least one episode, and enough episodes for ``labeled``
+    transitions where the dataset has them), or random frames when it has none."""
     spec = task.spec
     data = task.dataset
     if data is not None:
         ends = np.asarray(data.episode_ends)
-        keep = ends[ends <= SAMPLE_FRAMES]
-        keep = keep if len(keep) else ends[:1]
+        transitions = ends - np.arange(1, len(ends) + 1)  # an episode of L frames has L - 1
+        enough = int(np.searchsorted(transitions, labeled))  # the first with >= labeled
+        keep = ends[: max(enough + 1, int(np.sum(ends <= SAMPLE_FRAMES)), 1)]
         n = int(keep[-1])
         return TransitionStore.write(
             root,
@@ -191,7 +209,7 @@ def _sample_store(task: TaskInfo, root: Path) -> TransitionStore:
             extras={k: np.asarray(v[:n]) for k, v in data.extras.items()},
         )
     rng = np.random.Generator(np.random.PCG64(0))
-    n = SAMPLE_FRAMES
+    n = max(SAMPLE_FRAMES, 64 * -(-labeled // 63))  # episodes of 64 frames: 63 transitions
     if spec.obs_dtype == "uint8":
         obs = rng.integers(0, 256, size=(n, *spec.obs_shape), dtype=np.uint8)
     else:
@@ -222,13 +240,14 @@ def _fit_timed(
     limit: int,
     counter=None,
     stacked: int = 1,
+    labeled: int | None = None,
 ) -> tuple[list[_TimedPlan], float]:
     """The timed plans of ``stacked`` runs (seeds 0, 1, ...) fitted on ``store``, one run
     through ``fit`` or several together through ``fit_many``, and the seconds it took."""
     spec = task.spec
     budget = str(
         min(
-            SAMPLE_LABELED if spec.budget_unit == "transitions" else 2,
+            (labeled or SAMPLE_LABELED) if spec.budget_unit == "transitions" else 2,
             store.num_transitions if spec.budget_unit == "transitions" else store.num_episodes,
         )
     )
@@ -263,22 +282,27 @@ def measure(
     steps: int = 4,
     flops: bool = False,
     stacked: int = 1,
+    labeled: int | None = None,
 ) -> Measurement:
     """Measure one method config on one task (see the module docstring); ``stacked`` runs
     fitted together (a method that is not ``batched`` fits them one after the other, so it
-    is measured alone)."""
+    is measured alone), each on ``labeled`` labeled transitions (at most MAX_LABELED; None:
+    SAMPLE_LABELED, or fewer where the store has fewer)."""
     stacked = stacked if method.cls.batched else 1
+    if labeled is not None:
+        labeled = max(1, min(labeled, MAX_LABELED))
     with tempfile.TemporaryDirectory(prefix="ssilbench-timing-") as tmp:
-        store = _sample_store(task, Path(tmp) / "store")
+        store = _sample_store(task, Path(tmp) / "store", labeled or 0)
         plans, total = _fit_timed(method, task, store, plugins, device, max(2, steps),
-                                  stacked=stacked)  # fmt: skip
+                                  stacked=stacked, labeled=labeled)  # fmt: skip
         plan = plans[0]  # a stacked group steps in lockstep: its first run's stamps time it
         counted = None
         if flops:
             from torch.utils.flop_counter import FlopCounterMode
 
             with FlopCounterMode(display=False) as counter:
-                [counted], _ = _fit_timed(method, task, store, plugins, device, 2, counter)
+                [counted], _ = _fit_timed(method, task, store, plugins, device, 2, counter,
+                                          labeled=labeled)  # fmt: skip
         stages: dict[str, StageTiming] = {}
         stepping = 0.0
         for name, budget in plan.budgets.items():
@@ -296,7 +320,7 @@ def measure(
         other = max(0.0, total - stepping) / stacked / max(store.num_transitions, 1)
         eval_forward = _policy_call_seconds(plan.policy, task.spec, store, device)
     return Measurement(
-        measurement_key(method, task.spec, device, stacked),
+        measurement_key(method, task.spec, device, stacked, labeled),
         method.name,
         device_description(device),
         stages,
@@ -304,6 +328,7 @@ def measure(
         eval_forward,
         stacked=stacked,
         load=load_average(),
+        labeled=labeled,
     )
 
 
