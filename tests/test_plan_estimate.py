@@ -10,10 +10,17 @@ import pytest
 import torch
 
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.dryrun import dry_run, interpolate
+from ssilbench.runner.dryrun import dry_run, interpolate, label_spans, labeled_transitions
 from ssilbench.runner.plan import build_plan
 from ssilbench.runner.spec import Sweep
-from ssilbench.runner.timings import Measurement, StageTiming, Timings, measure, measurement_key
+from ssilbench.runner.timings import (
+    MAX_LABELED,
+    Measurement,
+    StageTiming,
+    Timings,
+    measure,
+    measurement_key,
+)
 
 PLUGINS = load_plugins()
 STEPS = 40
@@ -61,6 +68,19 @@ def test_each_run_is_costed_at_its_label_budget(tmp_path):
     per = 0.01
     expected = STEPS * sum(ALONE + per * n for n in (16, 40, 64))
     assert _policy_compute(plan, _timings(plan, per), stack=False) == pytest.approx(expected)
+
+
+def test_fractions_of_a_dataset_are_measured_at_the_transitions_they_stand_for(tmp_path):
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["0.05", "0.5", "1.0"],
+                  seeds=[0], steps=STEPS)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path)
+    data = plan.task_of(plan.runs[0]).dataset
+    assert data is not None  # the mazes are built with the plan
+    n = data.num_transitions
+    counts = [labeled_transitions(plan, spec) for spec in plan.runs]
+    assert sorted(counts) == [round(0.05 * n), round(0.5 * n), n]
+    [(lo, hi)] = label_spans(plan, list(range(len(plan.runs)))).values()
+    assert (lo, hi) == (round(0.05 * n), min(n, MAX_LABELED))
 
 
 def test_a_step_time_is_interpolated_between_the_measured_budgets_and_grows_beyond():
