@@ -236,6 +236,20 @@ def _stacked_with(plan: SweepPlan, units: list[list[int]]) -> dict[int, int]:
     return out
 
 
+def _budget_items(task: TaskInfo, spec: RunSpec) -> int | None:
+    """The items (in the task's budget unit) a run's budget stands for, where they are known
+    before it runs: resolved against the task's dataset, or a count of transitions without
+    one; None otherwise."""
+    unit = task.spec.budget_unit
+    if task.dataset is None:
+        count = spec.budget.isascii() and spec.budget.isdigit()
+        return int(spec.budget) if count and unit == "transitions" else None
+    try:
+        return resolve_budget(spec.budget, available_items(task.dataset, unit), unit)
+    except SsilbenchError:
+        return None
+
+
 def _stacks(stage: Stage, spec: RunSpec, task: TaskInfo) -> bool:
     """Whether the stage's data is small enough for the trainer to stack it
     (``STACK_BYTES`` of inputs as floats, an IDM's pairs counted twice); a larger stage
@@ -247,16 +261,12 @@ def _stacks(stage: Stage, spec: RunSpec, task: TaskInfo) -> bool:
     data = task.dataset
     if stage.data == "none":
         return True
-    if data is None:
-        count = spec.budget.isascii() and spec.budget.isdigit()
-        if stage.data != "labeled" or task.spec.budget_unit != "transitions" or not count:
-            return False
-        return int(spec.budget) * 2 * frame <= STACK_BYTES
-    available = available_items(data, task.spec.budget_unit)
-    try:
-        labeled = resolve_budget(spec.budget, available, task.spec.budget_unit)
-    except SsilbenchError:
+    labeled = _budget_items(task, spec)
+    if labeled is None:
         return False
+    if data is None:
+        return stage.data == "labeled" and labeled * 2 * frame <= STACK_BYTES
+    available = available_items(data, task.spec.budget_unit)
     labeled_rows = data.num_transitions * labeled / max(available, 1)
     rows = {"labeled": labeled_rows, "unlabeled": data.num_transitions,
             "both": data.num_transitions + labeled_rows}[stage.data]  # fmt: skip
@@ -267,15 +277,7 @@ def labeled_transitions(plan: SweepPlan, spec: RunSpec) -> int | None:
     """The labeled transitions a run trains on, where they are known before it runs: its
     budget resolved against the task's dataset, or a count of transitions without one."""
     task = plan.task_of(spec)
-    if task.spec.budget_unit != "transitions":
-        return None
-    if task.dataset is None:
-        return int(spec.budget) if spec.budget.isascii() and spec.budget.isdigit() else None
-    try:
-        return resolve_budget(spec.budget, available_items(task.dataset, "transitions"),
-                              "transitions")  # fmt: skip
-    except SsilbenchError:
-        return None
+    return _budget_items(task, spec) if task.spec.budget_unit == "transitions" else None
 
 
 def _span_key(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
@@ -411,6 +413,7 @@ def dry_run(
     measured_now: set[str] = set()
 
     spans = label_spans(plan, pending)
+    labeled = {i: labeled_transitions(plan, plan.runs[i]) for i in pending}
 
     def measured(index: int, stacked: int, labeled: int | None) -> Measurement | None:
         spec = plan.runs[index]
@@ -434,7 +437,7 @@ def dry_run(
         """The run's step time of ``stage``, at its label budget where that is known."""
         spec = plan.runs[index]
         span = spans.get(_span_key(plan, spec))
-        n = labeled_transitions(plan, spec)
+        n = labeled[index]
         if span is None or n is None:
             m = measured(index, stacked, None)
             return None if m is None or stage not in m.stages else m.stages[stage].seconds_per_step
