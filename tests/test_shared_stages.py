@@ -97,3 +97,21 @@ def test_plan_takes_the_arguments_of_run_but_is_always_a_dry_run(cli):
     shown = cli("plan", "--help")
     assert shown.returncode == 0
     assert "--dry-run" not in shown.stdout and "--budgets" in shown.stdout
+
+
+def test_a_dry_run_finds_recorded_runs_by_design_where_their_dataset_is_not_built_yet(cli):
+    # A store moved to another machine (or a data root cleared) holds runs whose datasets
+    # are not built there yet: the plan must not count them as runs to train.
+    args = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16,64", "--seeds", "0",
+            "--steps", "20", "--no-rollouts"]  # fmt: skip
+    assert cli.run(*args[:5], "16", *args[6:], "-q").returncode == 0
+    elsewhere = cli.tmp / "elsewhere"
+    shown = cli("plan", *args, "--results", str(cli.results), "--data-root", str(elsewhere))
+    assert shown.returncode == 0, shown.stderr
+    assert "2 run(s): 1 already recorded, 1 to run" in shown.stdout
+    assert "1 of the recorded runs are matched by design" in shown.stdout
+    assert not elsewhere.exists()  # still a dry run: nothing built
+    # With the dataset built, the run ids match and no run is matched by design alone.
+    here = cli("plan", *args, "--results", str(cli.results), "--data-root", str(cli.data))
+    assert "2 run(s): 1 already recorded, 1 to run" in here.stdout
+    assert "matched by design" not in here.stdout

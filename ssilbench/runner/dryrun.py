@@ -100,6 +100,8 @@ class DryRun:
     workers: int
     measured_now: set[str] = field(default_factory=set)
     """The keys of the measurements made by this dry run (the others were kept)."""
+    by_design: int = 0
+    """Of ``done``: runs whose dataset is not built yet, found recorded by design id."""
 
     @property
     def wall_seconds(self) -> float | None:
@@ -124,6 +126,12 @@ class DryRun:
             + (f" with {self.workers} workers" if self.workers > 1 else "")
             + "."
         ]
+        if self.by_design:
+            lines.append(
+                f"({self.by_design} of the recorded runs are matched by design: their "
+                "datasets are not built here yet. A run builds them first and skips these "
+                "runs where the data it builds is the data they were recorded with.)"
+            )
         lines += self._dataset_lines()
         if self.works:
             lines += ["", "Stages to train:", _table(self.works)]
@@ -317,11 +325,7 @@ def probe_steps(
     """(the training steps of the runs a sweep will execute, the steps that measuring their
     step times trains: ``per_stage`` for every stage of each method config and task shape).
     Runs recorded already (and failed ones unless retried) are not executed."""
-    from ssilbench.runner.results_db import read_statuses
-
-    skipped = ("done",) if retry_failed else ("done", "failed")
-    done = {r for r, status in read_statuses(results_dir).items() if status in skipped}
-    todo = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done]
+    todo, _ = pending_runs(plan, *recorded(plan, results_dir, retry_failed))
     spans = label_spans(plan, todo)
     pending, probed = 0, {}
     for i in todo:
@@ -399,15 +403,18 @@ def dry_run(
     executor: bool = False,
     remeasure: bool = False,
     steps: int = 4,
+    done_designs: set[str] | None = None,
 ) -> DryRun:
     """The stage plan and cost of running ``plan``'s runs not in ``done_ids``, in the units
     the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's).
+    A run whose dataset is not built yet has no data fingerprint, so no run id a store can
+    hold: it counts as recorded when its design id is in ``done_designs``.
     Step times are taken from ``timings`` (unless ``remeasure``) or measured now and added
     to it (with ``measure_missing``), ``steps`` steps of each stage."""
     from ssilbench.runner.sweep import execution_units
     from ssilbench.runner.timings import device_description
 
-    pending = [i for i, spec in enumerate(plan.runs) if spec.run_id not in done_ids]
+    pending, by_design = pending_runs(plan, done_ids, done_designs or set())
     cached = StageCache(cache_root).shared_identities() if cache_root is not None else set()
     measurements: dict[str, tuple[str, Measurement | None]] = {}
     measured_now: set[str] = set()
@@ -508,4 +515,35 @@ def dry_run(
         device_description(device),
         workers,
         measured_now,
+        by_design,
     )
+
+
+def recorded(
+    plan: SweepPlan, results_dir: Path, retry_failed: bool = False
+) -> tuple[set[str], set[str]]:
+    """(the run ids a sweep of ``plan`` would skip: done runs, and failed ones unless they are
+    to be retried; their design ids, read only when some run of ``plan`` has no data
+    fingerprint yet)."""
+    from ssilbench.runner.results_db import read_designs, read_statuses
+
+    skipped = ("done",) if retry_failed else ("done", "failed")
+    done = {r for r, status in read_statuses(results_dir).items() if status in skipped}
+    unbuilt = any(spec.data is None for spec in plan.runs)
+    return done, read_designs(results_dir, skipped) if unbuilt and done else set()
+
+
+def pending_runs(
+    plan: SweepPlan, done_ids: set[str], done_designs: set[str]
+) -> tuple[list[int], int]:
+    """(the indices of ``plan``'s runs a sweep would train, how many others were found
+    recorded by design id alone: runs without a data fingerprint yet, see :func:`dry_run`)."""
+    pending, by_design = [], 0
+    for i, spec in enumerate(plan.runs):
+        if spec.run_id in done_ids:
+            continue
+        if spec.data is None and spec.design_id in done_designs:
+            by_design += 1
+            continue
+        pending.append(i)
+    return pending, by_design

@@ -273,20 +273,18 @@ def preview_run(
     """The stage plan and estimated compute of the runs a sweep would execute, and the step
     times behind the estimate (measured now where none were kept and ``measure_missing``;
     see :func:`save_timings`). Nothing is claimed, trained or written."""
-    from ssilbench.runner.dryrun import dry_run
-    from ssilbench.runner.results_db import read_statuses
+    from ssilbench.runner.dryrun import dry_run, recorded
     from ssilbench.runner.timings import FILE, Timings
 
     options, results_dir = prepared.options, prepared.results_dir
-    # What the sweep would skip: done runs, and failed ones unless they are to be retried.
-    skipped = ("done",) if options.retry_failed else ("done", "failed")
-    done = {run_id for run_id, status in read_statuses(results_dir).items() if status in skipped}
+    done, designs = recorded(prepared.plan, results_dir, options.retry_failed)
     timings = Timings(results_dir / FILE)
     cache_root = results_dir / "cache" if options.cache else None
     report = dry_run(prepared.plan, plugins, prepared.device, done, cache_root, timings,
                      measure_missing, workers=options.workers, log=log, stack=options.stack,
                      executor=prepared.executor is not None, remeasure=options.remeasure,
-                     steps=PLAN_STEPS if options.save_timings else PROBE_STEPS)  # fmt: skip
+                     steps=PLAN_STEPS if options.save_timings else PROBE_STEPS,
+                     done_designs=designs)  # fmt: skip
     return report, timings
 
 

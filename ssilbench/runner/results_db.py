@@ -197,6 +197,31 @@ def read_statuses(directory: Path) -> dict[str, str]:
         db.close()
 
 
+def read_designs(directory: Path, statuses: tuple[str, ...]) -> set[str]:
+    """The design ids (:attr:`RunSpec.design_id`) of the store's runs in one of
+    ``statuses``, read without writing anything; a spec that no longer parses is left out.
+    A dry run matches by design the runs whose datasets are not built yet."""
+    path = Path(directory).expanduser() / DB_NAME
+    if not path.is_file() or path.stat().st_size == 0:
+        return set()
+    db = open_read_only(path)
+    marks = ", ".join("?" * len(statuses))
+    try:
+        docs = [doc for (doc,) in db.execute(
+            f"SELECT spec FROM runs WHERE status IN ({marks})", statuses)]  # fmt: skip
+    except sqlite3.DatabaseError as exc:
+        raise ResultsStoreError(f"Cannot read the results store {path}: {exc}.") from None
+    finally:
+        db.close()
+    designs = set()
+    for doc in docs:
+        try:
+            designs.add(RunSpec.model_validate(json.loads(doc)).design_id)
+        except (ValueError, TypeError):
+            continue
+    return designs
+
+
 class ResultsStore:
     """Access to ``DIR/results.sqlite``. Use as a context manager or call :meth:`close`."""
 
