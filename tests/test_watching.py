@@ -123,6 +123,48 @@ def test_plain_lines_fit_80_columns():
     assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc maze:10x10 N=16 s0 | s"
 
 
+def _claimed(progress: SweepObserver, n: int) -> None:
+    """``n`` runs claimed (a pool claims every run at its start); the first one trains."""
+    for i in range(n):
+        progress.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 200_000)
+    progress.run_event({"run_id": "r0", "kind": "progress", "stage": "policy", "step": 12_000,
+                        "total": 200_000, "loss": 0.25})  # fmt: skip
+
+
+def test_plain_progress_counts_runs_without_a_step_as_waiting_instead_of_drawing_them():
+    out = io.StringIO()
+    progress = PlainProgress(70, out, every=3600)
+    _claimed(progress, 70)
+    progress.round()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "N=16 s0 | policy 12k/200k loss 0.25" in lines[0]
+    assert lines[1].endswith(" 69 more claimed, waiting for their first step")
+    progress.round()  # a round with every run training has no waiting line
+    out.truncate(0)
+    for i in range(1, 70):
+        progress.run_event({"run_id": f"r{i}", "kind": "progress", "stage": "policy",
+                            "step": 10, "total": 200_000})  # fmt: skip
+    progress.round()
+    assert "waiting" not in out.getvalue() and len(out.getvalue().splitlines()) == 70
+
+
+def test_the_live_display_draws_training_runs_and_counts_the_waiting_ones():
+    from rich.console import Console
+
+    from ssilbench.cli.progress import LiveProgress
+
+    screen = io.StringIO()
+    console = Console(file=screen, width=120, force_terminal=False, color_system=None)
+    progress = LiveProgress(70, console)
+    _claimed(progress, 70)
+    progress("claimed", "bc")
+    console.print(progress.render())
+    text = screen.getvalue()
+    assert "0 done · 1 running · 69 waiting · 0 failed" in text
+    assert text.count("bc on maze:10x10") == 1 and "seed 0" in text
+
+
 def test_run_status_estimates_the_time_left():
     view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
     assert run_status(view, now=100.0) == "idm 250/1k eta 5:00"

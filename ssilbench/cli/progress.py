@@ -5,7 +5,10 @@ Both show, for each running run, its stage, step/total, latest training loss, la
 evaluation and an estimate of the time left (from the events of
 :mod:`ssilbench.runner.telemetry`). The plain form writes one line per running run every
 ``every`` seconds (``SSILBENCH_PROGRESS_EVERY``, default 30) and one line when a run ends;
-every line fits 80 columns.
+every line fits 80 columns. A run the sweep has claimed but that has reported no step yet
+(queued for a pool worker, or preparing) is counted as waiting, not drawn as a row: a pool
+claims every run when it starts, and 70 rows of "starting 0/200k" every 30 s hid the few
+that train.
 """
 
 from __future__ import annotations
@@ -142,12 +145,15 @@ class PlainProgress(SweepObserver):
             self._write(f"{event} {self._tally()}: {text}")
 
     def round(self) -> None:
-        """One line per running run, now."""
+        """One line per running run, now, and one for the runs still waiting."""
         now = time.time()
         with self.lock:
             views = list(self.runs.values())
-        for view in views:
+        running = [view for view in views if view.stage]
+        for view in running:
             self._write(fit(view.label, run_status(view, now), WIDTH - 9))
+        if len(running) < len(views):
+            self._write(f"{len(views) - len(running)} more claimed, waiting for their first step")
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
@@ -181,14 +187,14 @@ class LiveProgress(SweepObserver):
             BarColumn(bar_width=20),
             MofNCompleteColumn(),
             TextColumn("[green]{task.fields[done]} done[/] · {task.fields[running]} running · "
-                       "[red]{task.fields[failed]} failed[/]"),
+                       "{task.fields[waiting]} waiting · [red]{task.fields[failed]} failed[/]"),
             TimeElapsedColumn(),
             TextColumn("eta"),
             TimeRemainingColumn(),
             console=self.console,
         )  # fmt: skip
-        self.counts = {"done": 0, "running": 0, "failed": 0}
-        self.task = self.bar.add_task("", total=total, **self.counts)
+        self.counts = {"done": 0, "failed": 0}
+        self.task = self.bar.add_task("", total=total, running=0, waiting=0, **self.counts)
         self.live: Any = None
 
     def start(self) -> None:
@@ -208,14 +214,16 @@ class LiveProgress(SweepObserver):
             table.add_column(name, no_wrap=True, justify="right" if name != "stage" else "left")
         now = time.time()
         with self.lock:
-            views = sorted(self.runs.values(), key=lambda v: v.started)
+            views = sorted((v for v in self.runs.values() if v.stage), key=lambda v: v.started)
+            waiting = len(self.runs) - len(views)
+        self.bar.update(self.task, running=len(views), waiting=waiting)
         for view in views[:MAX_ROWS]:
             share = f"{100 * view.step / view.total:.0f}%" if view.total else ""
             evaluation = (f"{_number(view.score)}@{short_count(view.eval_step)}"
                           if view.eval_step is not None else "-")  # fmt: skip
             table.add_row(
                 f"[dim]{view.label}[/]",
-                view.stage or "starting",
+                view.stage,
                 f"{short_count(view.step)}/{short_count(view.total)} {share}",
                 f"loss {_number(view.loss)}",
                 f"eval {evaluation}",
@@ -226,17 +234,13 @@ class LiveProgress(SweepObserver):
         return Group(self.bar, table) if views else self.bar
 
     def __call__(self, event: str, text: str) -> None:
-        if event == "start":
+        if event in ("start", "claimed"):
             return
-        if event == "claimed":
-            self.counts["running"] += 1
-        elif event in ("done", "failed"):
+        if event in ("done", "failed"):
             self.counts[event] += 1
-            self.counts["running"] = max(0, self.counts["running"] - 1)
             if event == "failed":
                 self.console.print(f"[red]failed[/red] {text}")
-        if event != "claimed":
-            self.bar.advance(self.task)
+        self.bar.advance(self.task)
         self.bar.update(self.task, **self.counts)
 
     def close(self) -> None:
