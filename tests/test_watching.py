@@ -170,6 +170,31 @@ def test_run_status_estimates_the_time_left():
     assert run_status(view, now=100.0) == "idm 250/1k eta 5:00"
 
 
+def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
+    """A run resumed at step 12k, queued 10 minutes before it started, or in its second
+    stage: the pace counts only the steps this stage has made since it was first seen."""
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.runner.telemetry.time.time", lambda: clock[0])
+    observer = SweepObserver()
+    observer.run_started("r", "vm_idm on maze:50x50, N_L=1.0, seed 0", 200_000)
+    clock[0] += 600  # waiting for a worker
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "idm", "step": 12_000,
+                        "total": 200_000})  # fmt: skip
+    view = observer.runs["r"]
+    assert view.eta(clock[0]) is None  # no pace yet
+    clock[0] += 60
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "idm", "step": 14_000,
+                        "total": 200_000})  # fmt: skip
+    assert view.eta(clock[0]) == pytest.approx(60 / 2_000 * 186_000)
+    clock[0] += 30
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "policy", "step": 100,
+                        "total": 1_000})  # fmt: skip
+    clock[0] += 9
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "policy", "step": 400,
+                        "total": 1_000})  # fmt: skip
+    assert view.eta(clock[0]) == pytest.approx(9 / 300 * 600)
+
+
 def test_run_prints_plain_progress_in_a_log(cli, monkeypatch):
     """`run` with stderr not a terminal (a log, SLURM): periodic lines naming the stage,
     step and loss of the running run, every line within 80 columns."""

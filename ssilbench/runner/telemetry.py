@@ -308,13 +308,20 @@ class RunView:
     eval_step: int | None = None
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    origin: tuple[int, float] | None = None
+    """(step, time) of the first progress event of the current stage: the pace is measured
+    from there, not from the claim, so that time queued for a worker, an earlier stage and
+    steps restored from a checkpoint do not count as this stage's steps."""
 
     def eta(self, now: float | None = None) -> float | None:
-        """Seconds left at the run's pace so far (None before it has a pace)."""
-        if self.step <= 0 or self.total <= 0:
+        """Seconds left of the current stage at its pace so far (None before it has one)."""
+        if self.total <= 0:
             return None
-        spent = (now or time.time()) - self.started
-        return max(0.0, spent / self.step * (self.total - self.step))
+        step0, time0 = self.origin if self.origin is not None else (0, self.started)
+        if self.step <= step0:
+            return None
+        spent = (now or time.time()) - time0
+        return max(0.0, spent / (self.step - step0) * (self.total - self.step))
 
 
 class SweepObserver:
@@ -345,6 +352,8 @@ class SweepObserver:
                 return
             view.updated = time.time()
             if event["kind"] == "progress":
+                if view.origin is None or event["stage"] != view.stage:
+                    view.origin = (event["step"], view.updated)
                 view.stage, view.step = event["stage"], event["step"]
                 view.total = event.get("total") or view.total
                 if event.get("loss") is not None:
