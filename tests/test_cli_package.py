@@ -162,6 +162,38 @@ def test_status_shows_where_the_last_checkpoints_of_running_runs_are(tmp_path):
     assert len(progress_lines(rows, None, 100.0)) == 2
 
 
+def test_status_paces_stacked_bursts_from_their_start_and_shows_where_interrupted_runs_resume(
+    tmp_path,
+):
+    from ssilbench.cli.status import progress_lines
+    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runner.spec import RunSpec
+    from ssilbench.train.checkpoint import save_atomic
+
+    def spec(seed: int, budget: str = "16") -> RunSpec:
+        return RunSpec(method="bc", config={}, env="maze:50x50", options={}, budget=budget,
+                       seed=seed, steps=200_000, eval_every=200_000)  # fmt: skip
+
+    # Ten stacked runs started together at t=0 and finished within 2 s of t=400; at t=465,
+    # 95 runs to go. Their finishing spacing (2 s) is no rate: 10 runs took 465 s.
+    done = [RunRecord.of(spec(i), started_at=0.0, finished_at=400.0 + i / 5) for i in range(10)]
+    stopped = [RunRecord.of(spec(i, "0.5"), status="interrupted", started_at=0.0)
+               for i in range(95)]  # fmt: skip
+    folder = tmp_path / "checkpoints"
+    for i, steps in ((0, 25_000), (1, 30_000)):
+        save_atomic({"used": steps}, folder / stopped[i].run_id / "policy.pt")
+    lines = progress_lines(done + stopped, None, 465.0, folder)
+    assert lines[0] == "10 done, 0 running, 0 failed, 95 interrupted"
+    assert lines[1] == "  interrupted   95  bc on maze:50x50"
+    assert lines[2] == "           last checkpoints: policy 25,000-30,000 (steps; 2 of 95 runs)"
+    assert lines[3] == "about 74 min to go: 95 runs at the last hour's 1.3 runs/min"
+    # Runs started over an hour ago are paced over the hour.
+    old = [RunRecord.of(spec(i), started_at=-7200.0, finished_at=100.0 * i) for i in range(4)]
+    assert progress_lines(old + stopped, None, 465.0)[-1] == (
+        "about 1425 min to go: 95 runs at the last hour's 0.1 runs/min"
+    )
+
+
 def test_analysis_files_are_named_from_safe_characters():
     from ssilbench.leaderboard.analysis_output import file_names
 

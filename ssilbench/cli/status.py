@@ -53,8 +53,9 @@ def progress_lines(
     rows: list[RunRecord], planned: set[str] | None, now: float, checkpoints: Path | None = None
 ) -> list[str]:
     """The status report of the store's ``rows`` (those of the ``planned`` design ids when
-    given): counts, the groups running now (with the steps of their last checkpoints in
-    the folder ``checkpoints``), and the time left at the last hour's rate."""
+    given): counts, the groups running now and the interrupted ones that saved checkpoints
+    (with the steps of their last checkpoints in the folder ``checkpoints``: where a next
+    sweep goes on from), and the time left at the last hour's rate."""
     import socket
 
     from ssilbench.runner.results_db import STATUSES, is_stale
@@ -79,13 +80,26 @@ def progress_lines(
                      f"({where}, pid {pid})")  # fmt: skip
         if checkpoints is not None and (saved := _saved(checkpoints, runs)):
             lines.append(f"           {saved}")
-    # The recent finishing rate covers any mix of stacking, workers and machines.
-    recent = sorted(r.finished_at for r in by["done"] if r.finished_at and
-                    now - r.finished_at < 3600)  # fmt: skip
-    if to_go > 0 and len(recent) >= 2 and now > recent[0]:
-        rate = len(recent) / (now - recent[0])
-        lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last hour's "
-                     f"{rate * 60:.1f} runs/min")  # fmt: skip
+    stopped: dict[tuple, list[RunRecord]] = {}
+    for r in by["interrupted"]:
+        stopped.setdefault((r.method_label, r.env_label), []).append(r)
+    for (method, env), runs in sorted(stopped.items()) if checkpoints is not None else ():
+        if saved := _saved(checkpoints, runs):
+            lines.append(f"  interrupted {len(runs):4d}  {method} on {env}")
+            lines.append(f"           {saved}")
+    # The recent finishing rate covers any mix of stacking, workers and machines. It is
+    # taken over the hour, or since the earliest of those runs started when that is later:
+    # stacked runs finish in bursts, and a burst's own spacing is no rate.
+    recent = [r for r in by["done"]
+              if r.finished_at is not None and now - r.finished_at < 3600]  # fmt: skip
+    if to_go > 0 and recent:
+        began = min(r.finished_at if r.started_at is None else min(r.started_at, r.finished_at)
+                    for r in recent)  # fmt: skip
+        window = min(3600.0, now - began)
+        if window > 0:
+            rate = len(recent) / window
+            lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last "
+                         f"hour's {rate * 60:.1f} runs/min")  # fmt: skip
     return lines
 
 
