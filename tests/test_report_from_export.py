@@ -161,8 +161,10 @@ def test_the_report_says_how_the_runs_were_made(study, capsys):
     assert "\nProtocol: paper.\n" in text
     assert "\nRevision: git abc1234 (12 runs), git def5678 (12 runs).\n" in text
     assert "\nMachine: cpu (x86_64, 1 threads) on host box (24 runs).\n" in text
-    assert ("\nWall time: 108 s summed over the durations of the 24 runs; 234 s from the "
-            "first start to the last finish.\n") in text  # fmt: skip
+    # 24 runs of 4.5 s, one starting every 10 s: 108 s in progress within a 234 s span.
+    assert ("\nWall time: 108 s summed over the durations of the 24 runs; 108 s with at least "
+            "one run in progress, within 234 s from the first start to the last finish.\n"
+            ) in text  # fmt: skip
     assert "resumed" not in text  # no run resumed from a checkpoint
     assert "How claims are judged" in text
     assert "| The gap grows | yes | p = 5.0e-04 (bootstrap, n = 3) |" in text
@@ -239,7 +241,7 @@ def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
            for i, r in enumerate(study[:4])]  # fmt: skip
     lines = provenance(sweep_file, False, cpu_runs + gpu)
     span = max(r.finished_at for r in cpu_runs) - min(r.started_at for r in cpu_runs)
-    summed = sum(r.wall_time for r in cpu_runs)
+    summed = sum(r.wall_time for r in cpu_runs)  # the runs do not overlap: also in progress
     assert (
         "Machine: cpu (x86_64, 1 threads) on host box (20 runs), "
         "cuda (NVIDIA H200) on host node (4 runs)."
@@ -247,7 +249,19 @@ def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
     [wall] = [line for line in lines if line.startswith("Wall")]
     assert wall == (
         f"Wall time: by machine: cpu (x86_64, 1 threads) on host box: {summed:,.0f} s summed "
-        f"over the durations of the 20 runs; {span:,.0f} s from the first start to the last "
-        "finish; cuda (NVIDIA H200) on host node: 4.0 s summed over the durations of the 4 "
-        "runs; 4.0 s from the first start to the last finish."
+        f"over the durations of the 20 runs; {summed:,.0f} s with at least one run in "
+        f"progress, within {span:,.0f} s from the first start to the last finish; cuda (NVIDIA "
+        "H200) on host node: 4.0 s summed over the durations of the 4 runs; 4.0 s with at "
+        "least one run in progress, within 4.0 s from the first start to the last finish."
     )
+
+
+def test_the_time_in_progress_counts_overlapping_runs_once_and_leaves_out_the_gaps():
+    """Stacked runs overlap, and a study run in two sittings a day apart has a gap: the
+    time in progress is the union of the runs' start-to-finish intervals."""
+    from ssilbench.leaderboard.studies import in_progress
+
+    sittings = [(0.0, 10.0), (5.0, 20.0), (2.0, 3.0), (86_400.0, 86_430.0)]
+    assert in_progress(sittings) == 20.0 + 30.0
+    assert in_progress([(0.0, 10.0), (10.0, 12.0)]) == 12.0  # touching, not overlapping
+    assert in_progress([(5.0, 1.0)]) == 0.0 and in_progress([]) == 0.0  # no interval

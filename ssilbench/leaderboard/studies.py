@@ -182,7 +182,10 @@ def provenance(sweep_file: SweepFile, quick: bool, runs: list[RunRecord]) -> lis
 
 
 def _wall_time(runs: list[RunRecord]) -> str:
-    """The runs' summed durations and their span, from the first start to the last finish."""
+    """The runs' summed durations, the wall time with at least one of them in progress, and
+    their span, from the first start to the last finish. A study run over several sittings
+    (days apart, or a GPU lent now and then) has a span that is mostly the gaps between
+    them; the time in progress leaves those out."""
     durations = [r.wall_time for r in runs if r.wall_time is not None]
     starts = [r.started_at for r in runs if r.started_at is not None]
     ends = [r.finished_at for r in runs if r.finished_at is not None]
@@ -190,8 +193,24 @@ def _wall_time(runs: list[RunRecord]) -> str:
             + (f"{len(durations)} of the {len(runs)} runs (the others recorded none)"
                if len(durations) < len(runs) else f"the {len(runs)} runs"))  # fmt: skip
     if starts and ends:
-        wall += f"; {_seconds(max(ends) - min(starts))} from the first start to the last finish"
+        busy = in_progress([(r.started_at, r.finished_at) for r in runs
+                            if r.started_at is not None and r.finished_at is not None])  # fmt: skip
+        wall += (f"; {_seconds(busy)} with at least one run in progress, within "
+                 f"{_seconds(max(ends) - min(starts))} from the first start to the last "
+                 "finish")  # fmt: skip
     return wall
+
+
+def in_progress(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of the (start, finish) ``intervals``: the wall time during
+    which at least one of them was in progress."""
+    total, end = 0.0, -math.inf
+    for start, finish in sorted(intervals):
+        if finish <= max(start, end):  # inside what is counted, or not an interval
+            continue
+        total += finish - max(start, end)
+        end = finish
+    return total
 
 
 def _resumed(runs: list[RunRecord]) -> str:
