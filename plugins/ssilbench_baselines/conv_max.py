@@ -13,6 +13,8 @@ path.
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -64,25 +66,30 @@ def distinct_patch_ids(
     cheaper)."""
     device, dtype = inputs[0].device, inputs[0].dtype
     # Runs of one study share most of their images (splits of one dataset): encode each once.
+    # Images are keyed by a digest, compared exactly where two share one, and unfolded from
+    # views a chunk at a time: neither the keys nor a stack of the distinct images copies
+    # the data (both did: 1.5 GB beside 16,384 images of 3x51x51 that are 511 MB).
     index: dict[bytes, int] = {}
     unique: list[torch.Tensor] = []
     per_run: list[torch.Tensor] = []
     for x in inputs:
         x = x.detach().cpu().contiguous()
         which = torch.empty(len(x), dtype=torch.long)
-        for i, key in enumerate(image.tobytes() for image in x.numpy()):
+        for i, image in enumerate(x.numpy()):
+            key = hashlib.blake2b(image.tobytes(), digest_size=16).digest()
             if key not in index:
                 index[key] = len(unique)
                 unique.append(x[i])
+            elif not torch.equal(unique[index[key]], x[i]):
+                return None  # two different images share a digest: leave it to the convolution
             which[i] = index[key]
         per_run.append(which)
-    images = torch.stack(unique)
-    positions = (images.shape[-2] - kernel + 1) * (images.shape[-1] - kernel + 1)
+    positions = (unique[0].shape[-2] - kernel + 1) * (unique[0].shape[-1] - kernel + 1)
     table: list[torch.Tensor] = []
     known: dict[float, int] = {}  # patch fingerprint -> row of the table
     image_ids: list[torch.Tensor] = []
-    for start in range(0, len(images), _CHUNK):
-        cols = F.unfold(images[start : start + _CHUNK], kernel)  # (m, P, L)
+    for start in range(0, len(unique), _CHUNK):
+        cols = F.unfold(torch.stack(unique[start : start + _CHUNK]), kernel)  # (m, P, L)
         patches, inverse, keys = _distinct_rows(cols.transpose(1, 2).reshape(-1, cols.shape[1]))
         to_table = torch.empty(len(patches), dtype=torch.long)
         for j, key in enumerate(keys.tolist()):

@@ -45,6 +45,29 @@ def test_patch_ids_reproduce_every_image_maximum():
     assert rows[0].shape[1] < 81 and len(table) < 0.25 * len(x) * 81
 
 
+def test_images_that_share_a_digest_are_compared_exactly(monkeypatch):
+    """Images are keyed by a digest: the images two runs share get one id (the runs' data
+    overlap, so their equal images meet the exact comparison), and two different images
+    whose digests collide (forced here) leave the data to the convolution."""
+    import hashlib
+
+    import ssilbench_baselines.conv_max as conv_max
+
+    x, _ = _maze_pairs()
+    [first, second], table = distinct_patch_ids([x[:30], x[10:]], kernel=3)
+    assert torch.equal(first[10:], second[:20])  # images 10..29 of both runs: the same ids
+    a, b = (x[i].contiguous().numpy().tobytes() for i in (0, 1))
+    assert a != b
+
+    # Image 1's digest is image 0's: without the exact comparison, image 1 would take image
+    # 0's patch ids.
+    def colliding(data: bytes, digest_size: int):
+        return hashlib.md5(a if data == b else data)
+
+    monkeypatch.setattr(conv_max.hashlib, "blake2b", colliding)
+    assert distinct_patch_ids([x[:30], x[10:]], kernel=3) is None
+
+
 def test_fast_path_declines_images_of_distinct_patches():
     noise = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     assert distinct_patch_ids([noise], kernel=3) is None
