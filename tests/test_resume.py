@@ -103,14 +103,32 @@ def test_a_checkpoint_without_a_recorded_time_counts_nothing_earlier(tmp_path):
     assert again.earlier == 0.0 and again.resumed_seconds == {}
 
 
-def test_a_damaged_checkpoint_starts_the_stage_over(tmp_path):
+def test_a_damaged_checkpoint_starts_the_stage_over(tmp_path, capsys):
     with pytest.raises(Killed):
         train(tmp_path, kill_at=100)
     (tmp_path / "ckpt" / "fit.pt").write_bytes(b"garbage")
     reference, _ = train(tmp_path / "fresh")
+    capsys.readouterr()
     again, _ = train(tmp_path)
     for p, q in zip(reference.parameters(), again.parameters(), strict=True):
         assert torch.equal(p, q)
+    said = capsys.readouterr().err
+    assert f"checkpoint {tmp_path / 'ckpt' / 'fit.pt'}: not resumed, it does not load" in said
+    assert "its stage starts over from step 0" in said
+
+
+def test_a_checkpoint_of_another_trainer_is_passed_over_with_a_notice(tmp_path, capsys):
+    """The stacked trainer and ``optimise`` save different states: neither resumes from the
+    other's, and a stage that starts over says so."""
+    first = RunCheckpoints(tmp_path, 10, [])
+    first.save("fit", {"used": 80_000})
+    again = RunCheckpoints(tmp_path, 10, [])
+    assert again.load("fit", "stacked") is None
+    said = capsys.readouterr().err
+    assert said == (f"checkpoint {tmp_path / 'fit.pt'}: not resumed, another trainer wrote it "
+                    "at step 80,000; its stage starts over from step 0\n")  # fmt: skip
+    assert again.load("fit") == {"used": 80_000}  # its own trainer resumes from it
+    assert capsys.readouterr().err == ""
 
 
 # --- whole sweeps --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -78,6 +79,13 @@ def saved_steps(folder: Path) -> dict[str, int]:
     return steps
 
 
+def _starts_over(path: Path, why: str) -> None:
+    """Say that a checkpoint is passed over: hours of training can go with it, and a stage
+    that starts over without a word looks like one that resumed."""
+    print(f"checkpoint {path}: not resumed, {why}; its stage starts over from step 0",
+          file=sys.stderr, flush=True)  # fmt: skip
+
+
 class RunCheckpoints:
     """The checkpoints of one run."""
 
@@ -125,9 +133,13 @@ class RunCheckpoints:
             return None
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception:  # a damaged checkpoint: the stage starts over
+        except Exception as exc:  # a damaged checkpoint: the stage starts over
+            _starts_over(path, f"it does not load ({type(exc).__name__})")
             return None
         if state.get("format") != format:  # another trainer's state: the stage starts over
+            used = state.get("used")
+            at = f" at step {used:,}" if isinstance(used, int) else ""
+            _starts_over(path, f"another trainer wrote it{at}")
             return None
         self.timeline[:] = state.pop("timeline")
         torch.set_rng_state(state.pop("torch_rng"))
