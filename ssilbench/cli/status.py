@@ -81,9 +81,9 @@ def progress_lines(
         if checkpoints is not None and (saved := _saved(checkpoints, runs)):
             lines.append(f"           {saved}")
     stopped: dict[tuple, list[RunRecord]] = {}
-    for r in by["interrupted"]:
+    for r in by["interrupted"] if checkpoints is not None else ():
         stopped.setdefault((r.method_label, r.env_label), []).append(r)
-    for (method, env), runs in sorted(stopped.items()) if checkpoints is not None else ():
+    for (method, env), runs in sorted(stopped.items()):
         if saved := _saved(checkpoints, runs):
             lines.append(f"  interrupted {len(runs):4d}  {method} on {env}")
             lines.append(f"           {saved}")

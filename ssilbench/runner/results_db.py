@@ -182,39 +182,34 @@ def ensure_writable(directory: Path) -> Path:
     return directory
 
 
-def read_statuses(directory: Path) -> dict[str, str]:
-    """Run id -> status of the store in ``directory``, read without writing anything (no
+def _read_rows(directory: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """The rows of a query on the store in ``directory``, read without writing anything (no
     store there, or an empty file that a sweep would make a store of: none)."""
     path = Path(directory).expanduser() / DB_NAME
     if not path.is_file() or path.stat().st_size == 0:
-        return {}
+        return []
     db = open_read_only(path)
     try:
-        return {run_id: status for run_id, status in db.execute("SELECT run_id, status FROM runs")}
+        return db.execute(sql, params).fetchall()
     except sqlite3.DatabaseError as exc:
         raise ResultsStoreError(f"Cannot read the results store {path}: {exc}.") from None
     finally:
         db.close()
+
+
+def read_statuses(directory: Path) -> dict[str, str]:
+    """Run id -> status of the store in ``directory``, read without writing anything."""
+    return dict(_read_rows(directory, "SELECT run_id, status FROM runs"))
 
 
 def read_designs(directory: Path, statuses: tuple[str, ...]) -> set[str]:
     """The design ids (:attr:`RunSpec.design_id`) of the store's runs in one of
     ``statuses``, read without writing anything; a spec that no longer parses is left out.
     A dry run matches by design the runs whose datasets are not built yet."""
-    path = Path(directory).expanduser() / DB_NAME
-    if not path.is_file() or path.stat().st_size == 0:
-        return set()
-    db = open_read_only(path)
     marks = ", ".join("?" * len(statuses))
-    try:
-        docs = [doc for (doc,) in db.execute(
-            f"SELECT spec FROM runs WHERE status IN ({marks})", statuses)]  # fmt: skip
-    except sqlite3.DatabaseError as exc:
-        raise ResultsStoreError(f"Cannot read the results store {path}: {exc}.") from None
-    finally:
-        db.close()
+    docs = _read_rows(directory, f"SELECT spec FROM runs WHERE status IN ({marks})", statuses)
     designs = set()
-    for doc in docs:
+    for (doc,) in docs:
         try:
             designs.add(RunSpec.model_validate(json.loads(doc)).design_id)
         except (ValueError, TypeError):
