@@ -15,6 +15,9 @@ out=${1:?usage: bash benchmarks/gpu/mazes.sh OUT [SECONDS]}
 seconds=${2:-420}
 results=${SSILBENCH_GPU_RESULTS:-/tmp/ssilbench-gpu}
 device=${SSILBENCH_GPU_DEVICE:-cuda}  # cpu: a smoke test of this script
+# A file whose runs are a subset of the study's (same run ids), e.g. one maze's panel with a
+# block per split so that the cheap units are trained first: what cannot finish is lost.
+sweep=${SSILBENCH_GPU_SWEEP:-benchmarks/paper/environment-complexity.toml}
 # Units trained at once. A unit's runs are recorded only when all of them stop, and the
 # units share the GPU: with 14 at once, none of the 14 maze:50x50 units finished in two
 # calls (465 s and 265 s of sweep), so fewer at once, each with a larger share, is what can
@@ -34,9 +37,9 @@ python3 -c "import torch; print('torch', torch.__version__)"
 python3 -m pytest -q -p no:cacheprovider tests/test_batched_training.py 2>&1 | tee "$out/tests.log"
 python3 -m ssilbench results merge --results "$results" docs/paper/results/mazes-paper.jsonl.gz
 timeout -s TERM "$seconds" python3 -m ssilbench run \
-  --sweep benchmarks/paper/environment-complexity.toml --blocks cnn5 --device "$device" \
+  --sweep "$sweep" --blocks cnn5 --device "$device" \
   --stack --workers "$workers" --checkpoint-every 5000 --results "$results" --data-root /tmp/ssilbench-data \
   -y 2>&1 | grep -v "breaking the stale lease" > "$out/run.log"
 python3 -m ssilbench results export --no-curves --results "$results" --out "$out/cnn5.jsonl.gz"
-python3 -m ssilbench status --sweep benchmarks/paper/environment-complexity.toml --blocks cnn5 \
+python3 -m ssilbench status --sweep "$sweep" --blocks cnn5 \
   --results "$results"
