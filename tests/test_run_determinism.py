@@ -124,6 +124,22 @@ def test_a_run_is_the_same_in_a_pool_of_two_workers(plugins, data, tmp_path):
             assert ("start", f"4 runs{units} on 2 workers") in said
 
 
+def test_a_pool_claims_a_unit_only_when_a_worker_is_free_for_it(plugins, data, tmp_path):
+    """Four runs, one at a time, on two workers: two are claimed at the start and the third
+    only once one of them has been recorded, so that runs no worker started stay free for
+    another sweep on the store (and `not started` if this one is stopped)."""
+    said: list[str] = []
+    with ResultsStore(tmp_path / "pool") as store:
+        summary = run_sweep(build_plan(plugins, sweep("bc", ["0.05", "0.2"], [0, 1]), data),
+                            plugins, store, CPU, workers=2,
+                            setup=PoolSetup((), data, "cpu", threads=1),
+                            on_progress=lambda event, text: said.append(event))  # fmt: skip
+    assert summary.done == 4, summary
+    events = [e for e in said if e in ("claimed", "done")]
+    assert events[:3] == ["claimed", "claimed", "done"], events
+    assert events.count("claimed") == 4 and events[-1] == "done"
+
+
 class Interrupted(Exception):
     pass
 

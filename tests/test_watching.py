@@ -124,7 +124,7 @@ def test_plain_lines_fit_80_columns():
 
 
 def _claimed(progress: SweepObserver, n: int) -> None:
-    """``n`` runs claimed (a pool claims every run at its start); the first one trains."""
+    """``n`` runs claimed (a stacked unit's, say); the first one trains."""
     for i in range(n):
         progress.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 200_000)
     progress.run_event({"run_id": "r0", "kind": "progress", "stage": "policy", "step": 12_000,

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
@@ -216,8 +216,11 @@ def work_unit(setup: PoolSetup, unit: Unit) -> list[WorkerResult]:
 
 
 def _in_pool(
-    units: list[Unit], setup: PoolSetup, workers: int, observer: SweepObserver | None = None
+    units: Iterable[Unit], setup: PoolSetup, workers: int, observer: SweepObserver | None = None
 ) -> Iterator[WorkerResult]:
+    """The results of ``units`` trained by ``workers`` processes. A unit is taken from
+    ``units`` only when a worker is free for it, so that a lazy ``units`` (one that claims
+    its runs as it yields them) leaves the runs no worker has started to other sweeps."""
     context = multiprocessing.get_context("spawn")
     # The runs' progress events come back on a queue this process drains (bounded: a
     # worker drops events rather than wait when nobody keeps up).
@@ -234,8 +237,13 @@ def _in_pool(
                 initargs=(os.getpid(), setup, slots, events),
             ) as pool,
         ):
-            todo = {pool.submit(_work, unit) for unit in units}
-            while todo:
+            queue = iter(units)
+            todo: set = set()
+            while True:
+                while len(todo) < workers and (unit := next(queue, None)) is not None:
+                    todo.add(pool.submit(_work, unit))
+                if not todo:
+                    break
                 finished, todo = wait(todo, return_when=FIRST_COMPLETED)
                 for future in finished:
                     yield from future.result()
@@ -335,21 +343,32 @@ def run_sweep(
     if remote:
         if setup is None:
             raise ValueError("running elsewhere needs the PoolSetup")
-        units = [u for u in map(claim, units) if u]
+        claimed: list[list[int]] = []
+
+        def claimed_units(units: list[list[int]]) -> Iterator[Unit]:
+            for unit in units:
+                if mine := claim(unit):
+                    claimed.append(mine)
+                    yield [plan.runs[i] for i in mine]
+
+        if executor is not None:
+            shipped = list(claimed_units(units))  # queued on the cluster at once: claimed now
+            units = claimed
         where = executor.describe() if executor is not None else f"{workers} workers"
         stacked = f" in {len(units)} stacked units" if any(len(u) > 1 for u in units) else ""
         notify("start", f"{sum(map(len, units))} runs{stacked} on {where}")
-        shipped = [[plan.runs[i] for i in unit] for unit in units]
+        # A pool claims a unit when a worker is free for it: what no worker has started
+        # stays unclaimed, for another sweep on the store to take, or `not started`.
         results = (executor.run(shipped, setup) if executor is not None
-                   else _in_pool(shipped, setup, workers, observer))  # fmt: skip
+                   else _in_pool(claimed_units(units), setup, workers, observer))  # fmt: skip
         finished: set[int] = set()
         try:
             for result in results:
                 finished.add(record(result))
         except ExecutorLost as exc:
             # A worker or job died (killed, out of memory, pre-empted for good): its runs and
-            # the ones not started are marked interrupted; the next sweep resumes them.
-            left = [plan.runs[i].run_id for u in units for i in u if i not in finished]
+            # the claimed ones not started are marked interrupted; the next sweep resumes them.
+            left = [plan.runs[i].run_id for u in claimed for i in u if i not in finished]
             summary.interrupted = store.mark_interrupted(left)
             summary.lost = str(exc)
         return summary
