@@ -129,3 +129,56 @@ def test_a_stacked_fit_resumed_from_its_checkpoints_ends_where_an_uninterrupted_
     for a, b in zip(reference, resumed, strict=True):
         for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
             assert torch.equal(pa, pb)
+
+
+def same_shape_fit(folder, runs: list[int], steps_taken: list[int] | None = None) -> tuple:
+    """Runs of one shape (40 rows, minibatch 16, their own seeds), no stopping rule,
+    checkpoints every 20 steps; returns their nets, budgets and the optimiser steps taken."""
+    nets, xs, ys, budgets = [], [], [], []
+    for r in runs:
+        g = torch.Generator().manual_seed(r)
+        x = torch.randn(40, 3, generator=g, dtype=torch.float64)
+        torch.manual_seed(100 + r)
+        nets.append(nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 4)).double())
+        xs.append(x)
+        ys.append((x[:, 0] > 0).long() + 2 * (x[:, 1] > 0.5).long())
+        plan = StagePlan([Stage("fit", STEPS, policy=True)], 50, evaluate=lambda policy: None,
+                         checkpoints=RunCheckpoints(folder / str(r), 20, []))  # fmt: skip
+        budgets.append(plan.stage("fit", policy=nets[-1]))
+    fit_classifiers(nets, xs, ys, budgets, lr=0.01, batch_sizes=[16] * len(runs), seeds=runs,
+                    rule=None)  # fmt: skip
+    return nets, budgets
+
+
+def test_runs_resumed_from_different_steps_catch_up_and_train_as_one_group(tmp_path, monkeypatch):
+    runs = [0, 1, 2, 3]
+    reference, _ = same_shape_fit(tmp_path / "a", runs)
+    # Each run killed on its own after 0, 20, 40 and 60 steps: checkpoints at different steps.
+    step = StackedAdam.step
+    for r, kill_after in zip(runs[1:], (20, 40, 60), strict=True):
+        calls = [0]
+
+        def killing(self, calls=calls, kill_after=kill_after):
+            if calls[0] == kill_after:
+                raise Killed
+            calls[0] += 1
+            step(self)
+
+        monkeypatch.setattr(StackedAdam, "step", killing)
+        with pytest.raises(Killed):
+            same_shape_fit(tmp_path / "b", [r])
+    taken = [0]
+
+    def counting(self):
+        taken[0] += 1
+        step(self)
+
+    monkeypatch.setattr(StackedAdam, "step", counting)
+    resumed, budgets = same_shape_fit(tmp_path / "b", runs)
+    assert [b.resumed_from for b in budgets] == [None, 20, 40, 60]
+    assert [b.used for b in budgets] == [STEPS] * 4
+    # The run furthest behind sets the cost: 120 stacked steps, not 120 + 100 + 80 + 60.
+    assert taken[0] == STEPS
+    for a, b in zip(reference, resumed, strict=True):
+        for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+            assert torch.equal(pa, pb)

@@ -228,7 +228,7 @@ class _Run:
         """Runs with equal keys compute the same shapes in lockstep: only they share a group."""
         table = None if self.table is None else (tuple(self.table.shape), self.table.dtype)
         return (self.width, self.full, tuple(self.x.shape[1:]), self.x.dtype,
-                tuple(self.y.shape[1:]), self.y.dtype, table, self.budget.used)  # fmt: skip
+                tuple(self.y.shape[1:]), self.y.dtype, table)  # fmt: skip
 
 
 class _Group:
@@ -394,7 +394,21 @@ def _fit_chunk(
         _resume(run)
         groups.setdefault(run.group_key(), []).append(run)
     for runs in groups.values():
-        _fit_group(runs, lr=lr, rule=rule, schedule=schedule, speed=speed)
+        _fit_catching_up(runs, lr=lr, rule=rule, schedule=schedule, speed=speed)
+
+
+def _fit_catching_up(runs: list[_Run], **settings: Any) -> None:
+    """Runs of one shape resumed from different steps: those furthest behind train until
+    they reach the next runs' step and then go on with them, so a unit stopped while its
+    runs stood at different checkpoints costs the steps of its slowest run, not the sum of
+    its groups'. Regrouping keeps every run's numbers (see the module's docstring)."""
+    waiting = sorted(runs, key=lambda r: r.budget.used)
+    while waiting:
+        step = waiting[0].budget.used
+        moving = [r for r in waiting if r.budget.used == step]
+        ahead = [r.budget.used for r in waiting if r.budget.used > step]
+        _fit_group(moving, until=min(ahead) if ahead else None, **settings)
+        waiting = sorted((r for r in waiting if r.budget.remaining), key=lambda r: r.budget.used)
 
 
 def _resume(run: _Run) -> None:
@@ -426,7 +440,10 @@ def _fit_group(
     rule: StoppingRule | None,
     schedule: WarmupLinear | None = None,
     speed: Speed = FLOAT32,
+    until: int | None = None,
 ) -> None:
+    """Train ``runs`` (same shapes, same step) in lockstep until each has spent its budget or
+    stopped, or, with ``until``, until they reach that step (their state is then in them)."""
     soft = runs[0].y.is_floating_point()
     totals = {r.budget.stage.steps for r in runs}
     if schedule is not None and len(totals) > 1:
@@ -491,7 +508,7 @@ def _fit_group(
             checkpoints = run.budget.plan.checkpoints
             if checkpoints is not None and run.budget.remaining and used % checkpoints.every == 0:
                 checkpoints.save(run.budget.stage.name, g.checkpoint(i))
-        if len(gone) == len(g.runs):
+        if len(gone) == len(g.runs) or used == until:
             break
         if gone:
             keep = [r for r in g.runs if r not in gone]
