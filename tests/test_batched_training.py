@@ -83,6 +83,19 @@ DEVICES = [
 ]
 
 
+def kill_at(monkeypatch, kill_at_step: int) -> None:
+    """Make the ``kill_at_step``-th optimiser step (counted from now) raise ``Killed``."""
+    step, calls = StackedAdam.step, [0]
+
+    def killing(self):
+        calls[0] += 1
+        if calls[0] == kill_at_step:
+            raise Killed
+        step(self)
+
+    monkeypatch.setattr(StackedAdam, "step", killing)
+
+
 def stacked_fit(folder, device: str, kill_at_step: int | None = None, monkeypatch=None):
     """The runs of ``problem`` fitted together on ``device``, each saving its checkpoint every
     20 steps under ``folder``; with ``kill_at_step``, the fit is killed at that optimiser
@@ -95,15 +108,7 @@ def stacked_fit(folder, device: str, kill_at_step: int | None = None, monkeypatc
                          checkpoints=RunCheckpoints(folder / str(r), 20, []))  # fmt: skip
         budgets.append(plan.stage("fit", policy=net))
     if kill_at_step is not None:
-        step, calls = StackedAdam.step, [0]
-
-        def killing(self):
-            calls[0] += 1
-            if calls[0] == kill_at_step:
-                raise Killed
-            step(self)
-
-        monkeypatch.setattr(StackedAdam, "step", killing)
+        kill_at(monkeypatch, kill_at_step)
     fit_classifiers(
         nets, [x.to(device) for _, x, _ in problems], [y.to(device) for _, _, y in problems],
         budgets, lr=0.01, batch_sizes=BATCHES, seeds=list(range(len(SIZES))), rule=RULE,
@@ -131,9 +136,9 @@ def test_a_stacked_fit_resumed_from_its_checkpoints_ends_where_an_uninterrupted_
             assert torch.equal(pa, pb)
 
 
-def same_shape_fit(folder, runs: list[int], steps_taken: list[int] | None = None) -> tuple:
+def same_shape_fit(folder, runs: list[int]) -> tuple:
     """Runs of one shape (40 rows, minibatch 16, their own seeds), no stopping rule,
-    checkpoints every 20 steps; returns their nets, budgets and the optimiser steps taken."""
+    checkpoints every 20 steps; returns their nets and budgets."""
     nets, xs, ys, budgets = [], [], [], []
     for r in runs:
         g = torch.Generator().manual_seed(r)
@@ -156,17 +161,10 @@ def test_runs_resumed_from_different_steps_catch_up_and_train_as_one_group(tmp_p
     # Each run killed on its own after 0, 20, 40 and 60 steps: checkpoints at different steps.
     step = StackedAdam.step
     for r, kill_after in zip(runs[1:], (20, 40, 60), strict=True):
-        calls = [0]
-
-        def killing(self, calls=calls, kill_after=kill_after):
-            if calls[0] == kill_after:
-                raise Killed
-            calls[0] += 1
-            step(self)
-
-        monkeypatch.setattr(StackedAdam, "step", killing)
+        kill_at(monkeypatch, kill_after + 1)
         with pytest.raises(Killed):
             same_shape_fit(tmp_path / "b", [r])
+        monkeypatch.setattr(StackedAdam, "step", step)
     taken = [0]
 
     def counting(self):
