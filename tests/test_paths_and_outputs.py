@@ -181,15 +181,15 @@ def test_save_atomic_leaves_other_errors_alone(tmp_path, monkeypatch):
 
 def test_leaderboard_out_on_a_full_disk_leaves_no_temp_file(capsys, tmp_path, monkeypatch):
     assert run(capsys, tmp_path / "R", tmp_path / "D")[0] == 0
-    real = Path.write_text
+    real = Path.write_bytes
 
-    def full(self, *args, **kwargs):
+    def full(self, data):
         if self.name.endswith(".tmp"):
-            real(self, "half")
+            real(self, data[:4])
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, *args, **kwargs)
+        return real(self, data)
 
-    monkeypatch.setattr(Path, "write_text", full)
+    monkeypatch.setattr(Path, "write_bytes", full)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     code, out = cli(capsys, "leaderboard", "--results", str(tmp_path / "R"),

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.options import results_option
+from ssilbench.cli.outputs import guards_outputs
 
 
 @click.command()
@@ -22,6 +23,7 @@ from ssilbench.cli.options import results_option
               "default: all.")  # fmt: skip
 @click.option("--out", required=True, type=click.Path(dir_okay=False),
               help="The figure: FILE.png or FILE.svg.")  # fmt: skip
+@guards_outputs("out")
 def curves(results: str, run_id, method, env, budget, seed, series, out: str) -> None:
     """Draw the training losses, evaluations and logged metrics of finished runs, one panel
     per series, one line per run (needs the [plot] extra)."""

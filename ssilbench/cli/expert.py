@@ -14,6 +14,7 @@ from ssilbench.cli.options import (
     device_option,
     env_options_option,
 )
+from ssilbench.cli.outputs import guards_outputs
 from ssilbench.cli.tasks import configured_task
 from ssilbench.errors import UsageError
 
@@ -35,6 +36,7 @@ def expert() -> None:
 @device_option()
 @count_option("--threads", help="Torch threads.")
 @click.pass_obj
+@guards_outputs("out", data_allow=("experts",))
 def expert_train(state: State, env_id: str, steps, out, config, options, data_root: str,
                  device: str, threads) -> None:  # fmt: skip
     """Train (or resume) an expert policy for ENV_ID, checkpointing as it goes."""

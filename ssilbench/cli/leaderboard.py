@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.options import results_option
+from ssilbench.cli.outputs import guards_outputs
 
 
 @click.command()
@@ -40,6 +41,7 @@ from ssilbench.cli.options import results_option
     help="Per cell, keep only the runs like the most recently finished one (runs recorded "
     "before and after a protocol, dataset or plugin change are never pooled).",
 )
+@guards_outputs("out")
 def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare, latest) -> None:
     """Aggregate finished runs into tables: rows = methods, columns = N_L."""
     from ssilbench.leaderboard.board import store_table

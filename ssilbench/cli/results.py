@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ssilbench.cli.options import results_option
+from ssilbench.cli.outputs import guards_outputs
 
 
 @click.group()
@@ -30,6 +31,7 @@ def results() -> None:
     help="Include each run's training curves (--no-curves: a smaller file; reports and "
     "leaderboards do not read them).",
 )
+@guards_outputs("out")
 def results_export(results: str, out: str, everything: bool, curves: bool) -> None:
     """Write the finished runs (every column) to OUT, one JSON object per line, sorted by run
     id: the same runs give the same bytes. OUT ending in .gz is gzip-compressed."""

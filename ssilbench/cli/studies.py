@@ -10,6 +10,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import quick_option, results_option, sweep_file_option
+from ssilbench.cli.outputs import guards_outputs
 from ssilbench.cli.tasks import expand_envs
 from ssilbench.runner.run_options import comma_list
 
@@ -28,6 +29,7 @@ def study_options(command):
 @study_options
 @click.option("--out", default="figures", show_default=True, help="Folder for PNG and SVG files.")
 @click.pass_obj
+@guards_outputs("out")
 def plot(state: State, sweeps, quick, results, out) -> None:
     """Draw each study's figure (score vs label budget per panel) from the results store."""
     from ssilbench.leaderboard.studies import plot_study
@@ -51,6 +53,7 @@ def plot(state: State, sweeps, quick, results, out) -> None:
 )
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Markdown file.")
 @click.pass_obj
+@guards_outputs("out")
 def report(state: State, sweeps, quick, results, exports, out) -> None:
     """Write a replication report: figures, numbers and the paper's claims, checked. The runs
     come from a results store (--results) or from results exports (--from), exactly one."""
@@ -104,6 +107,7 @@ def report(state: State, sweeps, quick, results, exports, out) -> None:
     "methods recorded per game].",
 )
 @click.pass_obj
+@guards_outputs("out")
 def analyze(state: State, envs, results, out, method, baseline, by, entropy_budget) -> None:
     """The paper's Procgen analysis: return gap of METHOD over BASELINE by complexity class,
     and entropy gap vs return gap, from the results store."""

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ssilbench.errors import UsageError
+from ssilbench.outputs import write_atomic
 
 if TYPE_CHECKING:
     from ssilbench.leaderboard.analysis import Analysis
@@ -48,22 +49,16 @@ def write_analysis(result: Analysis, folder: Path, family: str, report: str) -> 
     from ssilbench.leaderboard.analysis_figures import complexity_figure, stochasticity_figure
 
     stem, tag = file_names(family, result.method, result.baseline, result.by)
-    try:
-        written = [
-            *complexity_figure(result, folder / f"{stem}-{tag}"),
-            *stochasticity_figure(result, folder / f"{stem}-entropy"),
-        ]
-        for name, content in (("games.csv", ar.games_csv(result)),
-                              (f"{tag}.csv", ar.groups_csv(result)),
-                              ("correlation.csv", ar.correlation_csv(result)),
-                              ("report.md", report)):  # fmt: skip
-            path = folder / f"{stem}-{name}"
-            path.write_text(content)
-            written.append(path)
-    except OSError as exc:
-        raise UsageError(
-            f"Cannot write to --out {folder}: {exc.strerror or exc}. Choose another folder."
-        ) from None
+    hint = "Choose another folder with --out DIR."
+    written = [
+        *complexity_figure(result, folder / f"{stem}-{tag}"),
+        *stochasticity_figure(result, folder / f"{stem}-entropy"),
+    ]
+    for name, content in (("games.csv", ar.games_csv(result)),
+                          (f"{tag}.csv", ar.groups_csv(result)),
+                          ("correlation.csv", ar.correlation_csv(result)),
+                          ("report.md", report)):  # fmt: skip
+        written.append(write_atomic(folder / f"{stem}-{name}", content, hint))
     return written
 
 

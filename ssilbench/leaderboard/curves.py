@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ssilbench.errors import UsageError
+from ssilbench.outputs import atomic_path
 
 
 @dataclass
@@ -165,16 +166,12 @@ def draw_curves(runs: Sequence[RunCurves], out: Path, tags: Sequence[str] | None
     fig.legend(handles, labels, loc="lower center", ncol=min(3, max(1, len(labels))),
                fontsize="small", title=title or None, frameon=False)  # fmt: skip
     fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(labels) / 3), 1, 1))
+    metadata = {"Date": None} if out.suffix.lower() == ".svg" else {"Software": None}
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        metadata = {"Date": None} if out.suffix.lower() == ".svg" else {"Software": None}
         # Text stays text in an SVG (searchable, and the labels a reader selects).
-        with plt.rc_context({"svg.hashsalt": "ssilbench", "svg.fonttype": "none"}):
-            fig.savefig(out, dpi=110, metadata=metadata)
-    except OSError as exc:
-        raise UsageError(
-            f"Cannot write {out}: {exc.strerror or exc}. Choose another --out."
-        ) from None
+        with plt.rc_context({"svg.hashsalt": "ssilbench", "svg.fonttype": "none"}), \
+                atomic_path(out, "Choose another --out.") as tmp:  # fmt: skip
+            fig.savefig(tmp, format=out.suffix[1:].lower(), dpi=110, metadata=metadata)
     finally:
         plt.close(fig)
     return out

@@ -6,14 +6,13 @@ results store."""
 from __future__ import annotations
 
 from collections import defaultdict
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ssilbench.data.split import budget_sort_key
-from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.stats import seed_interval
+from ssilbench.outputs import atomic_path
 
 if TYPE_CHECKING:
     from ssilbench.runner.results_db import RunRecord
@@ -115,20 +114,17 @@ _SVG_SALT = "ssilbench"
 
 
 def save(fig: Any, out: Path) -> list[Path]:
-    """Write ``out``.png and ``out``.svg (the same bytes for the same figure), close the
-    figure; returns their paths."""
+    """Write ``out``.png and ``out``.svg (the same bytes for the same figure), each through
+    a temporary file renamed into place (:func:`ssilbench.outputs.atomic_path`), and close
+    the figure; returns their paths."""
     plt = pyplot()
     paths = [out.with_suffix(".png"), out.with_suffix(".svg")]
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         with plt.rc_context({"svg.hashsalt": _SVG_SALT}):
             for path in paths:
-                fig.savefig(path, dpi=130, metadata=_METADATA[path.suffix])
-    except OSError as exc:  # no half-written figure stays behind
-        for path in paths:
-            with suppress(OSError):
-                path.unlink(missing_ok=True)
-        raise OutputError(os_error_message(out.parent, exc)) from None
+                with atomic_path(path) as tmp:
+                    fig.savefig(tmp, format=path.suffix[1:], dpi=130,
+                                metadata=_METADATA[path.suffix])  # fmt: skip
     finally:
         plt.close(fig)
     return paths

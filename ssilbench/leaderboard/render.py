@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-from contextlib import suppress
 from pathlib import Path
 
-from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
 from ssilbench.leaderboard.stats import SEED_INTERVAL
 from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
+from ssilbench.outputs import write_atomic
 
 FORMATS = ("md", "csv", "json", "tex", "html")
 
@@ -344,16 +342,8 @@ def render(table: Table, fmt: str) -> str:
 
 
 def write_replacing(target: Path, text: str, hint: str = "") -> Path:
-    """Write ``text`` to ``target`` through a temporary file beside it, so that a reader
-    never sees half a file; an OS error removes the temporary file and becomes one
-    OutputError naming ``target`` and the cause (disk full, read-only, ...)."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-        tmp.replace(target)
-    except OSError as exc:
-        with suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise OutputError(f"{os_error_message(target, exc)} {hint}".rstrip()) from None
-    return target
+    """Write ``text`` to ``target`` through a temporary file of its own beside it
+    (:func:`ssilbench.outputs.write_atomic`): a reader never sees half a file, a file the
+    command must not overwrite is refused, and an OS error becomes one OutputError naming
+    ``target`` and the cause (disk full, read-only, ...)."""
+    return write_atomic(target, text, hint)

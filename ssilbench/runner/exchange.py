@@ -13,17 +13,16 @@ conflicts (the copy already in the store stays).
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import io
 import json
-import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ssilbench
 from ssilbench.errors import UsageError
+from ssilbench.outputs import check_output, results_store, write_atomic
 from ssilbench.runner.merge_check import check_run
 from ssilbench.runner.results_db import ResultsStore, RunRecord
 
@@ -68,17 +67,9 @@ def export_results(
         with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as f:
             f.write(data)
         data = buffer.getvalue()
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, out)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise UsageError(
-            f"Cannot write {out}: {exc.strerror}. Choose another --out path."
-        ) from None
+    # Checked against this store even when no command guards it (a library call).
+    check_output(out, results_store(store.directory))
+    write_atomic(out, data, "Choose another --out path.")
     return len(rows)
 
 
