@@ -101,8 +101,35 @@ def test_executor_flags_a_user_can_get_wrong(cli, flags, message):
         pytest.skip("this machine has SLURM")  # fmt: skip
     out = cli.run(*SWEEP, "--seeds", "0", *flags)
     assert out.returncode == 2 and message in out.stderr, out.stderr
-    assert not (cli.results / "results.sqlite").exists() or all(
-        status != "done" for status, *_ in results(cli.results).values())  # fmt: skip
+    # Refusals claim nothing: no run is left 'running' (nor recorded at all).
+    assert not (cli.results / "results.sqlite").exists() or results(cli.results) == {}
+
+
+def test_an_executor_that_refuses_after_the_claims_gives_them_back(tmp_path, capsys,
+                                                                   monkeypatch):
+    from ssilbench.errors import UsageError
+    from ssilbench.runner.executors import SlurmExecutor
+    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.testing import cli_exit_code
+
+    def refuse(self, units, setup):
+        raise UsageError("the cluster refused the jobs")
+        yield  # a generator, as the real one
+
+    monkeypatch.setattr(SlurmExecutor, "run", refuse)
+    args = ["run", *SWEEP, "--seeds", "0", "--results", str(tmp_path / "R"), "--data-root",
+            str(tmp_path / "D"), "--executor", "slurm", "--slurm-cluster", "local"]  # fmt: skip
+    code = cli_exit_code(*args)
+    assert code == 2 and "the cluster refused the jobs" in capsys.readouterr().err
+    assert results(tmp_path / "R") == {}
+    # A retried run that is refused again is left interrupted, its earlier attempt counted.
+    with ResultsStore(tmp_path / "R") as store:
+        store.db.execute("INSERT INTO runs (run_id, spec, method, method_label, env, "
+                         "env_label, budget, seed, status, attempts) VALUES "
+                         "('x', '{}', 'bc', 'bc', 'e', 'e', '16', 0, 'running', 2)")  # fmt: skip
+        store.db.execute("UPDATE runs SET host = ?, pid = ?", (socket.gethostname(), os.getpid()))
+        store.release(["x"])
+        assert store.status("x") == "interrupted"
 
 
 def test_pool_workers_take_one_gpu_each_when_several_are_visible():

@@ -38,7 +38,10 @@ class RayExecutor:
     gpus_per_run: float = 0.0
 
     def __post_init__(self) -> None:
-        _import("ray")  # before the sweep claims any run
+        # Every prerequisite is checked here, when the executor is made: before the sweep
+        # claims any run, so that a refusal leaves the store as it was.
+        _import("ray")
+        _check_reachable(self.address)
 
     def describe(self) -> str:
         return f"Ray ({self.address or 'local'})"
@@ -47,7 +50,6 @@ class RayExecutor:
         ray = _import("ray")
         started_here = not ray.is_initialized()
         if started_here:
-            _check_reachable(self.address)
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
                          configure_logging=False)  # fmt: skip
@@ -87,7 +89,9 @@ class SlurmExecutor:
     cluster: str | None = None  # None: SLURM; "local" or "debug": submitit's test executors
 
     def __post_init__(self) -> None:
-        _import("submitit")  # before the sweep claims any run
+        # Checked before the sweep claims any run (see RayExecutor).
+        _import("submitit")
+        _check_sbatch(self.cluster)
 
     def describe(self) -> str:
         where = self.cluster or f"SLURM{f' ({self.partition})' if self.partition else ''}"
@@ -95,7 +99,6 @@ class SlurmExecutor:
 
     def run(self, units: list[Unit], setup: PoolSetup) -> Iterator[WorkerResult]:
         submitit = _import("submitit")
-        _check_sbatch(self.cluster)
         executor = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
         params = {"timeout_min": self.time_min, "cpus_per_task": self.cpus_per_run}
         if self.cluster is None:

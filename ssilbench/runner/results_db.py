@@ -338,6 +338,19 @@ class ResultsStore:
             )
         return len(run_ids)
 
+    def release(self, run_ids: list[str]) -> None:
+        """Give back runs this process claimed but never started (the executor refused
+        them): a run claimed for the first time leaves no row, a retried one reads
+        ``interrupted``."""
+        host, pid = socket.gethostname(), os.getpid()
+        mine = "run_id = ? AND status = 'running' AND host = ? AND pid = ?"
+        with self.transaction() as db:
+            for run_id in run_ids:
+                db.execute(f"DELETE FROM runs WHERE {mine} AND attempts = 1",
+                           (run_id, host, pid))  # fmt: skip
+                db.execute(f"UPDATE runs SET status = 'interrupted' WHERE {mine}",
+                           (run_id, host, pid))  # fmt: skip
+
     def start(
         self,
         spec: RunSpec,

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ssilbench.errors import SsilbenchError
 from ssilbench.plugins import Plugins
 from ssilbench.runner.dryrun import leaders_first
 from ssilbench.runner.plan import SweepPlan, display_label, open_datasets
@@ -365,6 +366,15 @@ def run_sweep(
         try:
             for result in results:
                 finished.add(record(result))
+        except SsilbenchError:
+            # Refused (a cluster that cannot be reached, ...): claims are given back when no
+            # run finished, else what did not finish is left for the next sweep to resume.
+            left = [plan.runs[i].run_id for u in claimed for i in u if i not in finished]
+            if finished:
+                store.mark_interrupted(left)
+            else:
+                store.release(left)
+            raise
         except ExecutorLost as exc:
             # A worker or job died (killed, out of memory, pre-empted for good): its runs and
             # the claimed ones not started are marked interrupted; the next sweep resumes them.
