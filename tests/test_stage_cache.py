@@ -466,3 +466,104 @@ def test_a_scalar_tensor_has_a_digest_and_matrices_keep_theirs():
     m = torch.arange(6.0).view(2, 3)
     expected = hashlib.sha256(b"torch.float32|(2, 3)|" + m.numpy().tobytes()).hexdigest()
     assert digest(m) == expected
+
+
+def test_a_lease_whose_heartbeat_is_ahead_of_this_clock_is_taken_over_once_watched_still(
+    tmp_path, fast_leases
+):
+    cache, messages = StageCache(tmp_path), []
+    foreign_lease(cache, heartbeat_age=-86400.0)  # its host's clock is a day ahead
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(cache.acquire(KEY, log=messages.append)))
+    waiter.start()
+    waiter.join(timeout=20)
+    assert not waiter.is_alive(), "a heartbeat a day ahead blocked the waiter"
+    [lease] = got
+    assert lease.owned()
+    lease.release()
+    [broke] = [m for m in messages if "stale lease" in m]
+    assert "has not moved" in broke and "ahead of this host's clock" in broke, messages
+
+
+def test_a_live_holder_whose_clock_is_ahead_is_waited_for(tmp_path, fast_leases):
+    cache, messages = StageCache(tmp_path), []
+    path = foreign_lease(cache, heartbeat_age=-86400.0)
+    done = threading.Event()
+
+    def other_host() -> None:  # beats, a day ahead, for longer than the limit; then releases
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            beat = time.time() + 86400
+            os.utime(path, (beat, beat))
+            time.sleep(0.05)
+        path.unlink()
+        done.set()
+
+    threading.Thread(target=other_host, daemon=True).start()
+    with cache.lease(KEY, log=messages.append) as held:
+        assert done.is_set() and held.owned()  # waited for the release, not broken
+    assert not [m for m in messages if "stale lease" in m], messages
+
+
+def test_cache_gc_stale_leases_removes_dead_leases_ahead_of_the_clock_and_keeps_live_ones(
+    tmp_path, fast_leases
+):
+    cache, runner = StageCache(tmp_path / "cache"), CliRunner()
+    dead, live = "ef" * 32, KEY
+    foreign_lease(cache, dead, heartbeat_age=-86400.0)
+    path = foreign_lease(cache, live, heartbeat_age=-86400.0)
+    beating = threading.Event()
+
+    def holder() -> None:
+        while not beating.is_set():
+            beat = time.time() + 86400
+            os.utime(path, (beat, beat))
+            time.sleep(0.05)
+
+    threading.Thread(target=holder, daemon=True).start()
+    try:
+        plain = runner.invoke(ssilbench_cli, ["cache", "gc", "--results", str(tmp_path)])
+        assert plain.exit_code == 0 and "--stale-leases" in plain.output, plain.output
+        assert len(cache.leases()) == 2  # age says nothing of these two: kept
+        out = runner.invoke(ssilbench_cli, ["cache", "gc", "--stale-leases", "--results",
+                                            str(tmp_path)])  # fmt: skip
+    finally:
+        beating.set()
+    assert out.exit_code == 0, out.output
+    assert "removed 1 stale lease(s); 1 left" in out.output, out.output
+    assert [info.key for info in cache.leases()] == [live]
+
+
+def test_a_stage_removed_by_a_concurrent_gc_after_it_was_read_serves_its_reader(
+    tmp_path, monkeypatch
+):
+    from ssilbench.train import memo
+
+    cache = StageCache(tmp_path)
+    net, x, y = problem()
+    fit_classifier(net, x, y, stage(cache, policy=net)[0], lr=0.05, batch_size=8, seed=0)
+    [entry] = cache.entries()
+    real = torch.load
+
+    def load_then_gc(path, *args, **kwargs):
+        loaded = real(path, *args, **kwargs)
+        assert cache.gc(0)  # a `cache gc` beside the sweep removes it right after the read
+        return loaded
+
+    monkeypatch.setattr(memo.torch, "load", load_then_gc)
+    net2 = problem()[0]
+    budget = stage(cache, policy=net2)[0]
+    assert cache.restore(entry.key, net2, budget)
+    assert budget.reused == entry.key[:12] and cache.entries() == []
+    assert all(torch.equal(a, b) for a, b in zip(net.parameters(), net2.parameters(),
+                                                  strict=True))  # fmt: skip
+
+
+def test_gc_spares_an_entry_whose_lease_is_held(tmp_path, fast_leases):
+    cache = StageCache(tmp_path)
+    net, x, y = problem()
+    fit_classifier(net, x, y, stage(cache, policy=net)[0], lr=0.05, batch_size=8, seed=0)
+    [entry] = cache.entries()
+    with cache.lease(entry.key):  # being rewritten, or read under its lease, right now
+        assert cache.gc(0) == []
+    assert [e.key for e in cache.gc(0)] == [entry.key]

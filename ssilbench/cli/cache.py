@@ -55,13 +55,36 @@ def cache_ls(results: str) -> None:
     show_default=True,
     help="Delete only stages not used for this many days (0: delete all).",
 )
-def cache_gc(results: str, days: float) -> None:
+@click.option(
+    "--stale-leases",
+    is_flag=True,
+    help="Only remove the leases of stages whose trainer is gone (keep every stage), "
+    "watching those whose heartbeat is ahead of this host's clock until they are judged.",
+)
+def cache_gc(results: str, days: float, stale_leases: bool) -> None:
     """Delete kept stages (results already recorded are untouched) and the leases of stages
-    whose trainer is gone; stages being trained now keep their leases."""
+    whose trainer is gone; stages being trained now keep their leases and entries."""
+    from ssilbench.train import leases
     from ssilbench.train.memo import StageCache
 
     stages = StageCache(Path(results) / "cache")
+    if stale_leases:
+        ahead = leases.ahead_of_clock(stages.leases())
+        if ahead:
+            click.echo(f"watching {len(ahead)} lease(s) whose heartbeat is ahead of this "
+                       f"host's clock for {leases.LEASE_STALE_S:.0f} s: a live trainer "
+                       f"beats every {leases.LEASE_HEARTBEAT_S:.0f} s", err=True)  # fmt: skip
+        removed = stages.remove_stale_leases(watch=True)
+        for info in removed:
+            click.echo(f"removed the lease on {info.key[:12]} of {info.holder}")
+        click.echo(f"removed {len(removed)} stale lease(s); {len(stages.leases())} left")
+        return
     stale = stages.remove_stale_leases()
     removed = stages.gc(days * 86400)
     click.echo(f"deleted {len(removed)} stage(s), {sum(e.size for e in removed) / 2**20:.1f} MiB"
                + (f", and {len(stale)} stale lease(s)" if stale else ""))  # fmt: skip
+    ahead = leases.ahead_of_clock(stages.leases())
+    if ahead:
+        click.echo(f"{len(ahead)} lease(s) have a heartbeat ahead of this host's clock; "
+                   "'ssilbench cache gc --stale-leases' watches them and removes the dead "
+                   "ones.", err=True)  # fmt: skip

@@ -34,7 +34,7 @@ from ssilbench.data.batches import (
 )
 from ssilbench.data.dataset_writer import AppendedArray
 from ssilbench.train.memo import ROWS_SUFFIX as SUFFIX
-from ssilbench.train.memo import StageCache
+from ssilbench.train.memo import StageCache, touch
 
 
 def artifact_path(cache: StageCache, key: str) -> Path:
@@ -65,7 +65,7 @@ def cached_rows(
                 cache.describe(key, {"stage": f"{trainer} of {len(inputs)} rows",
                                      "saved": time.time()})  # fmt: skip
                 array = _load(path)
-    os.utime(path)  # last use, for `ssilbench cache gc`
+    touch(path)
     return ArrayRows(array, device, key)
 
 

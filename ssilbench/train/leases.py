@@ -5,8 +5,10 @@ hard link of a file holding the holder's record, the classic lock on NFS and Lus
 ``O_CREAT | O_EXCL`` where there are no hard links), so it works between the processes of
 one machine and between machines sharing the results directory. The holder refreshes the
 file's modification time every ``LEASE_HEARTBEAT_S`` seconds; a lease whose holder died
-(same machine, pid gone) or whose heartbeat is older than ``LEASE_STALE_S`` is taken over.
-The machines' clocks must agree to well within ``LEASE_STALE_S``. See
+(same machine, pid gone), whose heartbeat is older than ``LEASE_STALE_S``, or whose
+heartbeat a waiter has watched stand still for ``LEASE_STALE_S`` on its own clock is taken
+over. The last rule makes a lease from a host whose clock runs ahead (its heartbeat in this
+host's future) stale after the same limit, measured here. See
 :mod:`ssilbench.train.memo` for how stages use them.
 """
 
@@ -66,6 +68,14 @@ class LeaseInfo:
         silent = time.time() - self.heartbeat
         if silent > LEASE_STALE_S:
             return f"no heartbeat for {silent:.0f} s"
+        # The clocks may disagree (a heartbeat a day ahead of this host's would never look
+        # old): a heartbeat this process has watched stand still for the limit, on its own
+        # clock, is stale whatever time it claims.
+        still = _unchanged_for(self)
+        if still > LEASE_STALE_S:
+            ahead = (f", and it is {-silent:.0f} s ahead of this host's clock (clock skew)"
+                     if silent < 0 else "")  # fmt: skip
+            return f"its heartbeat has not moved for {still:.0f} s watched from here{ahead}"
         # A pid means something only in the pid namespace that wrote it (containers sharing
         # a host name do not share pids).
         here = self.host == socket.gethostname() and self.pidns == _pidns()
@@ -126,6 +136,21 @@ class Lease:
         _unhold(self.path, self.token)
         if not self.lost:
             _remove_if(self.path, self.key, lambda info: info.token == self.token)
+
+
+# Per lease file: the heartbeat (mtime in ns) this process last saw there and when it first
+# saw it, on this process's monotonic clock.
+_SEEN: dict[str, tuple[int, float]] = {}
+
+
+def _unchanged_for(info: LeaseInfo) -> float:
+    """Seconds this process has seen ``info``'s heartbeat stand still (0 when it is new)."""
+    now, beat = time.monotonic(), info.snapshot[1]
+    seen = _SEEN.get(str(info.path))
+    if seen is None or seen[0] != beat:
+        _SEEN[str(info.path)] = (beat, now)
+        return 0.0
+    return now - seen[1]
 
 
 def _stderr(message: str) -> None:
@@ -338,6 +363,34 @@ def read_all(root: Path) -> list[LeaseInfo]:
         if info is not None:
             out.append(info)
     return out
+
+
+def ahead_of_clock(infos: list[LeaseInfo]) -> list[LeaseInfo]:
+    """The live-looking leases whose heartbeat is ahead of this host's clock: their holders'
+    clocks disagree with this one, so their age says nothing (see :func:`watch_stale`)."""
+    now = time.time()
+    return [info for info in infos if info.heartbeat > now + LEASE_HEARTBEAT_S
+            and not info.stale()]  # fmt: skip
+
+
+def watch_stale(infos: list[LeaseInfo]) -> list[LeaseInfo]:
+    """Watch the leases ``infos`` for ``LEASE_STALE_S`` on this host's clock and remove those
+    whose heartbeat did not move (a live holder beats every ``LEASE_HEARTBEAT_S``); returns
+    the leases removed."""
+    watched = {str(info.path): info for info in infos}
+    deadline = time.monotonic() + LEASE_STALE_S + 2 * LEASE_POLL_S
+    removed = []
+    while watched and time.monotonic() < deadline:
+        time.sleep(LEASE_POLL_S)
+        for name, first in list(watched.items()):
+            info = _read_lease(first.path, first.key)
+            if info is None or info.snapshot != first.snapshot:
+                del watched[name]  # released, or its holder beat: alive
+            elif info.stale():
+                del watched[name]
+                if _remove_if(info.path, info.key, lambda o, s=info.snapshot: o.snapshot == s):
+                    removed.append(info)
+    return removed
 
 
 def remove_stale(root: Path, infos: list[LeaseInfo]) -> list[LeaseInfo]:

@@ -19,9 +19,9 @@ the entry, created atomically and only if absent (a hard link of a file holding 
 holder's record, the classic lock on NFS and Lustre; ``O_CREAT | O_EXCL`` where there are no
 hard links), so it works between the processes of one machine and between machines sharing
 the results directory. The holder refreshes the file's modification time every
-``LEASE_HEARTBEAT_S`` seconds; a lease whose holder died (same machine, pid gone) or whose
-heartbeat is older than ``LEASE_STALE_S`` is taken over. The machines' clocks must agree
-to well within ``LEASE_STALE_S`` (NTP does; SLURM and Ray need it anyway).
+``LEASE_HEARTBEAT_S`` seconds; a lease whose holder died (same machine, pid gone), whose
+heartbeat is older than ``LEASE_STALE_S``, or whose heartbeat a waiter watched stand still
+for ``LEASE_STALE_S`` on its own clock (a host whose clock runs ahead) is taken over.
 
 :meth:`StageCache.once` is the pattern for one stage. Waiting while holding a lease is
 safe when the held stage depends on the awaited one (a stage trained inside another's
@@ -35,6 +35,7 @@ by one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -130,7 +131,7 @@ class StageCache:
         except Exception:  # a damaged entry is a miss; the stage trains and rewrites it
             return False
         net.load_state_dict(entry["state"])
-        os.utime(path)  # last use, for `ssilbench cache gc`
+        touch(path)
         budget.replay(int(entry["used"]), entry["stopped_early"], reused=key[:12])
         return True
 
@@ -184,7 +185,10 @@ class StageCache:
         for suffix in (SUFFIX, ROWS_SUFFIX):
             for path in sorted(self.root.glob(f"*/*{suffix}")):
                 key = path.name[: -len(suffix)]
-                stat = path.stat()
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:  # removed since the listing (another gc)
+                    continue
                 out.append(CacheEntry(key, path, stat.st_size, stat.st_mtime,
                                       self._meta(path, key)))  # fmt: skip
         return out
@@ -203,12 +207,19 @@ class StageCache:
 
     def gc(self, older_than_s: float = 0.0) -> list[CacheEntry]:
         """Delete the entries not used for ``older_than_s`` seconds, and stale leases;
-        returns the entries deleted. Leases held by live processes are kept."""
+        returns the entries deleted. Leases held by live processes are kept, and so are
+        the entries under them (being trained, or read by the holder, now)."""
         now = time.time()
-        removed = [e for e in self.entries() if now - e.last_used >= older_than_s]
-        for e in removed:
-            e.path.unlink(missing_ok=True)
-            (e.path.parent / f"{e.key}{META_SUFFIX}").unlink(missing_ok=True)
+        removed = []
+        for e in self.entries():
+            if now - e.last_used < older_than_s:
+                continue
+            with self.lease(e.key, wait=False) as held:
+                if held is None:
+                    continue
+                e.path.unlink(missing_ok=True)
+                (e.path.parent / f"{e.key}{META_SUFFIX}").unlink(missing_ok=True)
+                removed.append(e)
         self.remove_stale_leases()
         for tmp in self.root.glob("*/*.tmp"):
             # A recent one may be an entry being saved right now (torch.save keeps touching
@@ -268,9 +279,22 @@ class StageCache:
         """The leases on disk, live and stale: the stages being trained now."""
         return lease_files.read_all(self.root)
 
-    def remove_stale_leases(self) -> list[LeaseInfo]:
-        """Delete the leases whose holders are gone (see :meth:`acquire`); returns them."""
-        return lease_files.remove_stale(self.root, self.leases())
+    def remove_stale_leases(self, watch: bool = False) -> list[LeaseInfo]:
+        """Delete the leases whose holders are gone (see :meth:`acquire`); returns them.
+        ``watch``: also watch those whose heartbeat is ahead of this host's clock for
+        ``LEASE_STALE_S`` and delete the ones whose heartbeat stood still."""
+        infos = self.leases()
+        removed = lease_files.remove_stale(self.root, infos)
+        if watch:
+            removed += lease_files.watch_stale(lease_files.ahead_of_clock(infos))
+        return removed
+
+
+def touch(path: Path) -> None:
+    """Stamp ``path``'s last use (for ``ssilbench cache gc``). An entry that a concurrent
+    ``cache gc`` removed after it was read has served its reader all the same."""
+    with contextlib.suppress(FileNotFoundError):
+        os.utime(path)
 
 
 def share_identity(stage: Any, scope: dict[str, Any]) -> str:
