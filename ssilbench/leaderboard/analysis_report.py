@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import io
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
 from ssilbench.leaderboard.analysis import IDM_ENTROPY, POLICY_ENTROPY, Analysis
-from ssilbench.leaderboard.render import md_escape
+from ssilbench.leaderboard.render import SafeWriter, md_escape
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -71,9 +70,10 @@ def to_markdown(a: Analysis) -> str:
 
 def _csv(header: list[str], rows: list[list[object]]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = SafeWriter(buffer)
     writer.writerow(header)
-    writer.writerows(["" if v is None else v for v in row] for row in rows)
+    for row in rows:
+        writer.writerow(["" if v is None else v for v in row])
     return buffer.getvalue()
 
 

@@ -76,9 +76,12 @@ def _footnote(table: EnvTable) -> str:
 
 
 def md_escape(text: str) -> str:
-    """A name or label as literal Markdown table text: no cell break, tag, code or line."""
+    """A name or label as literal Markdown table text: no cell break, tag, code, line, link
+    or image. Escaped brackets are enough for the last two: ``[x](url)``, ``![](url)`` and
+    reference links all need a bracket; ``<`` is escaped, so no autolink either."""
     for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"),
-                         (">", "&gt;"), ("\r", " "), ("\n", " ")):  # fmt: skip
+                         (">", "&gt;"), ("[", "\\["), ("]", "\\]"), ("\r", " "),
+                         ("\n", " ")):  # fmt: skip
         text = text.replace(raw, escaped)
     return text
 
@@ -163,9 +166,40 @@ def _suite_markdown(s: SuiteTable) -> str:
     return "\n".join(lines)
 
 
+# What makes a spreadsheet read a cell as a formula (OWASP, "CSV injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value: object) -> object:
+    """A CSV cell that a spreadsheet shows as text: a text that would start a formula gets a
+    leading apostrophe (OWASP's advice); numbers, and text that reads as one, stay as
+    they are. A carriage return becomes a line feed, which the writer quotes (it quotes
+    only the characters of its line terminator, and a bare one splits the row)."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\r\n", "\n").replace("\r", "\n")
+    if not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+class SafeWriter:
+    """``csv.writer`` whose every cell goes through :func:`csv_cell`."""
+
+    def __init__(self, out: io.StringIO) -> None:
+        self._writer = csv.writer(out, lineterminator="\n")
+
+    def writerow(self, row: list[object]) -> None:
+        self._writer.writerow([csv_cell(v) for v in row])
+
+
 def to_csv(table: Table) -> str:
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = SafeWriter(out)
     writer.writerow(
         ["kind", "env", "method", "budget", "metric", "statistic", "mean", "low", "high",
          "n", "seeds", "best", "auc", "normaliser"]
