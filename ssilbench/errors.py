@@ -70,7 +70,9 @@ _CAUSES = {
     errno.ENAMETOOLONG: "name too long",
 }
 _HINTS = {"disk full": " Free some space or choose another folder."}
-DISK_FULL_TEXTS = ("No space left on device", "file write failed")
+# torch reports a write cut short (a full disk) in its own words: "file write failed", or,
+# when the archive's end no longer matches what it meant to write, "unexpected pos N vs M".
+DISK_FULL_TEXTS = ("No space left on device", "file write failed", "unexpected pos")
 
 
 def os_error_cause(exc: BaseException) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -163,6 +164,24 @@ def test_save_atomic_names_the_file_and_a_full_disk(tmp_path, monkeypatch, exc):
     with pytest.raises(ResultsStoreError, match="disk full"):
         RunCheckpoints(tmp_path / "ck", 5, []).save("bc", {"step": 1})
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_write_cut_short_under_torch_save_says_disk_full(tmp_path):
+    # A file-size limit cuts the write short as a full disk does; torch then says
+    # "[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598".
+    code = f"""
+import resource, signal, torch
+from ssilbench.train.checkpoint import save_atomic
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000))
+save_atomic({{"x": torch.zeros(100000)}}, __import__("pathlib").Path({str(tmp_path / "x.pt")!r}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode != 0
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("ssilbench.errors.ResultsStoreError: Cannot write"), out.stderr
+    assert "disk full" in last and str(tmp_path / "x.pt") in last
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_save_atomic_leaves_other_errors_alone(tmp_path, monkeypatch):

@@ -80,6 +80,10 @@ def test_a_valid_file_expands_list_options_and_quick(tmp_path):
         (("maze_seed = [0, 1]", "maze_seed = []"), "empty list"),
         (('check = "beats"', 'check = "wins"'), "'claim[2].check'"),
         (("[[block]]", "[[block]"), "not valid TOML"),
+        (("steps = 40", "steps = 40\nrollouts = 1"), "'block[1].rollouts'"),
+        (("steps = 40", 'steps = 40\nquick = "no"'), "'block[1].quick'"),
+        (("steps = 40", 'steps = 40\nsteps_scale = "0.5"'), "'block[1].steps_scale'"),
+        (('metric = "test_accuracy"', "metric = 1"), "'metric'"),
     ],
 )
 def test_invalid_files_name_the_file_and_the_key(tmp_path, edit, expected):

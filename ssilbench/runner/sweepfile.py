@@ -45,10 +45,11 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 Scalar = str | int | float | bool
 # Numbers are finite everywhere in a file (TOML spells inf and nan; no setting takes them),
-# integers are strict (seeds = [true] or steps = "500" is a mistake, not a coercion), and
-# the values of options and config are checked by one function so that a bad one gets one
-# message naming its key rather than one per member of a union.
-_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+# every setting is strict (TOML has native types, so seeds = [true], steps = "500" or
+# rollouts = 1 is a mistake to report, not a value to convert), and the values of options
+# and config are checked by one function so that a bad one gets one message naming its key
+# rather than one per member of a union.
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
 def _budgets(value: list[Any]) -> list[str]:
