@@ -290,7 +290,7 @@ def _abs_sum(net) -> float:
     return sum(float(p.detach().double().abs().sum()) for p in net.parameters())
 
 
-def test_legacy_options_reproduce_the_earlier_model_bit_for_bit(task_ctx):
+def test_legacy_options_reproduce_the_earlier_model(task_ctx):
     """Values printed by the model before the reference defaults (commit 735cbc3) for this
     task, seed and size: the options of LEGACY give the same weights and labels."""
     ctx, _ = task_ctx
@@ -301,9 +301,13 @@ def test_legacy_options_reproduce_the_earlier_model_bit_for_bit(task_ctx):
     other = model.fresh()
     other.train(["policy", "video", "forward", "full"], ctx.labeled, ctx.plan.stage("full"),
                 seed=1)  # fmt: skip
-    assert _abs_sum(model.net) == 3789.7441570491246
-    assert _abs_sum(other.net) == 3790.654430285839
-    assert float(np.abs(labels).astype(np.float64).sum()) == 1755.8764734752476
+    # Recorded on one CPU; another vector unit rounds float32 sums in another order (seen:
+    # 3789.74411892 for 3789.74415705), so the values are held to 1e-7 relative: far below
+    # what any change of the model or its options moves them.
+    assert _abs_sum(model.net) == pytest.approx(3789.7441570491246, rel=1e-7)
+    assert _abs_sum(other.net) == pytest.approx(3790.654430285839, rel=1e-7)
+    assert float(np.abs(labels).astype(np.float64).sum()) == pytest.approx(1755.8764734752476,
+                                                                           rel=1e-7)
 
 
 def test_defaults_train_end_on_ema_weights_and_are_reproducible(task_ctx):
