@@ -322,7 +322,10 @@ class ToyEnvironment(Environment):
             path = Path(source) / f"{task}.npy"
             if not path.is_file():
                 raise DatasetError(f"{path} is missing")
-            obs = np.load(path)
+            try:
+                obs = np.load(path, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise DatasetError(f"{path} cannot be read ({exc})") from None
             stores.append(TransitionStore.write(
                 Path(root) / "toy" / task, obs, np.zeros(len(obs), np.int64),
                 np.zeros(len(obs), np.float32), np.array([len(obs)]), {"from": str(path)}))
