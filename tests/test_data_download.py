@@ -279,6 +279,23 @@ def test_every_built_in_manifest_parses_and_covers_its_tasks(plugins):
     assert dl.packaged_manifest(plugins.environments.create("maze")) is None
 
 
+CARDS = Path(__file__).resolve().parents[1] / "docs" / "environments"
+
+
+@pytest.mark.parametrize("family", ["procgen", "pusht", "libero10"])
+def test_each_data_card_says_which_files_are_trusted_on_first_use(plugins, family):
+    m = dl.packaged_manifest(plugins.environments.create(family))
+    unpinned = [f.name for f in m.files if not f.sha256]
+    (line,) = [t for t in (CARDS / f"{family}.md").read_text().splitlines()
+               if t.startswith("**Trust on first use:**")]  # fmt: skip
+    if not unpinned:
+        assert "none" in line and f"all {len(m.files)}" not in line
+    elif len(unpinned) == len(m.files) > 1:
+        assert f"all {len(m.files)} files" in line
+    else:
+        assert all(f"`{name}`" in line for name in unpinned)
+
+
 # --- the command, end to end, with a third-party environment --------------------------------
 
 TOY_PLUGIN = """

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ssilbench.data.download_state import DownloadError
+from ssilbench.data.download_state import DownloadError, move_aside
 from ssilbench.errors import os_error_message
 
 _CHUNK = 1 << 20  # bytes read per call: large enough for speed, small enough for progress
@@ -209,10 +209,12 @@ def _response_extent(response: Any, offset: int, planned: Target) -> tuple[int |
     if response.status == 206:
         extent = _content_range(response.headers.get("Content-Range"))
         if extent is None or extent[0] != offset:
+            moved = move_aside(planned.part, planned.path)
             raise DownloadError(
                 f"The server sent {planned.entry.name} from another offset than asked "
                 f"(Content-Range: {response.headers.get('Content-Range')!r}, asked from "
-                f"{offset}). Delete {planned.part} and run the command again."
+                f"{offset}). The partial file was moved aside to {moved}: run the command "
+                "again to download it from the start."
             )
         total = extent[1] if extent[1] is not None else (
             offset + length if length is not None else None)  # fmt: skip
