@@ -347,3 +347,16 @@ def test_download_flags_a_user_can_get_wrong_exit_2(toy, run_here, tmp_path):
     code, err = run_here(*base, "--dest", str(cli.data))
     assert code == 2 and "holds the data root" in err and "downloads" in err
     assert not (cli.data / "downloads").exists()
+
+
+def test_a_file_of_published_size_is_not_started_without_room_for_it(tmp_path, monkeypatch):
+    served = tmp_path / "mirror"
+    served.mkdir()
+    (served / "blob.bin").write_bytes(RANDOM)
+    m = manifest([{"name": "blob.bin", "url": "https://x.org/blob.bin", "size": len(RANDOM)}])
+    monkeypatch.setattr("shutil.disk_usage", lambda path: type("U", (), {"free": 1_000_000})())
+    with LocalServer(served) as server:
+        with pytest.raises(dl.DownloadError) as err:
+            download(m, tmp_path / "dest", server)
+        assert server.requests == []
+    assert "blob.bin needs 2.0 MB in" in str(err.value) and "only 1.0 MB are free" in str(err.value)

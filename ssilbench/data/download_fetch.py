@@ -146,10 +146,7 @@ def _fetch(
                 else:
                     reporter.restart(offset)
                 with part.open("ab" if append else "wb") as out:
-                    while True:
-                        block = response.read(_CHUNK)
-                        if not block:
-                            break
+                    while block := response.read(_CHUNK):
                         out.write(block)
                         reporter.advance(len(block))
                 size = part.stat().st_size
