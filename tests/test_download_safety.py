@@ -233,6 +233,7 @@ def test_refresh_forgets_a_recorded_hash_when_the_publisher_replaced_the_file(tm
 
 RESERVED = [
     "downloads.lock.json",
+    "Downloads.Lock.JSON",  # the same file on a case-insensitive disk
     "downloads.lock.json.4242.tmp",
     ".good.zip.unpacked",
     "sub/.other.zip.unpacked",
@@ -245,6 +246,7 @@ RESERVED = [
     ".alpha.partial/obs.npy",
     "stagekey.lease",
     "good.zip",  # the archive itself, or another file of the manifest
+    "GOOD.ZIP/x",
 ]
 
 

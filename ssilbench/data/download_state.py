@@ -60,17 +60,18 @@ def reserved_part(member: str) -> str | None:
     """The component of the archive member path ``member`` that is named like a file
     ssilbench writes in a download or data folder, or None."""
     for part in PurePosixPath(member).parts:
-        hidden = part.startswith(".")
+        name = part.lower()  # the same file on a case-insensitive disk (macOS, Windows)
+        hidden = name.startswith(".")
         if (
-            part == LOCK_NAME
-            or part.startswith(LOCK_NAME + ".")  # its temporary files
-            or part.endswith((PART_SUFFIX, FILE_LOCK_SUFFIX, LEASE_SUFFIX, GUARD_SUFFIX))
-            or REJECTED_INFIX in part
-            or (hidden and part.endswith((".unpacked", ".unpacking", ".partial")))
-            or (hidden and ".stale-" in part)  # a dataset being replaced
-            or part == "manifest.json"  # a dataset's manifest
-            or part == STAMPS
-            or part.startswith(STAMPS + ".")
+            name == LOCK_NAME
+            or name.startswith(LOCK_NAME + ".")  # its temporary files
+            or name.endswith((PART_SUFFIX, FILE_LOCK_SUFFIX, LEASE_SUFFIX, GUARD_SUFFIX))
+            or REJECTED_INFIX in name
+            or (hidden and name.endswith((".unpacked", ".unpacking", ".partial")))
+            or (hidden and ".stale-" in name)  # a dataset being replaced
+            or name == "manifest.json"  # a dataset's manifest
+            or name == STAMPS
+            or name.startswith(STAMPS + ".")
         ):
             return part
     return None

@@ -68,6 +68,7 @@ def _refuse(archive: Path, member: str, why: str) -> ArchiveRejected:
 def check_members(archive: Path, members: list[zipfile.ZipInfo], protected: frozenset[str]) -> None:
     """Refuse members that would land outside the folder, on ssilbench's own files or on
     other downloaded files (``protected``: the first path component of each)."""
+    protected = frozenset(name.lower() for name in protected)  # as a case-insensitive disk
     seen: set[str] = set()
     files: set[str] = set()
     parents: set[str] = set()
@@ -80,7 +81,7 @@ def check_members(archive: Path, members: list[zipfile.ZipInfo], protected: froz
             raise _refuse(archive, name, f"named like ssilbench's own '{reserved_part(name)}' "
                                          "(lock file, unpack marker, dataset manifest or "
                                          "stamp), which no download may rewrite")  # fmt: skip
-        if path.parts[0] in protected:
+        if path.parts[0].lower() in protected:
             raise _refuse(archive, name, f"which would replace the downloaded '{path.parts[0]}'")
         if info.flag_bits & 0x1:
             raise _refuse(archive, name, "which is encrypted")
