@@ -362,3 +362,18 @@ def test_a_file_of_published_size_is_not_started_without_room_for_it(tmp_path, m
             download(m, tmp_path / "dest", server)
         assert server.requests == []
     assert "blob.bin needs 2.0 MB in" in str(err.value) and "only 1.0 MB are free" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ({"game/a.npz": b"1", "GAME/A.npz": b"2"}, "listed twice (letter case aside)"),
+        ({"game": b"a file", "game/a.npz": b"1"}, "both a file and a folder"),
+    ],
+)
+def test_members_that_would_overwrite_each_other_are_refused(tmp_path, members, why):
+    root, m = _served_archive(tmp_path, members)
+    dest = tmp_path / "dest"
+    with LocalServer(root) as server, pytest.raises(dl.DownloadError, match=re.escape(why)):
+        download(m, dest, server)
+    assert not (dest / "game").exists()

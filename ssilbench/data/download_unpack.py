@@ -85,13 +85,13 @@ def check_members(archive: Path, members: list[zipfile.ZipInfo], protected: froz
             raise _refuse(archive, name, f"which would replace the downloaded '{path.parts[0]}'")
         if info.flag_bits & 0x1:
             raise _refuse(archive, name, "which is encrypted")
-        key = "/".join(path.parts)
+        key = "/".join(path.parts).lower()
         if key in seen:
-            raise _refuse(archive, name, "listed twice")
+            raise _refuse(archive, name, "listed twice (letter case aside)")
         seen.add(key)
         if not info.is_dir():
             files.add(key)
-        parents.update("/".join(path.parts[:i]) for i in range(1, len(path.parts)))
+        parents.update("/".join(path.parts[:i]).lower() for i in range(1, len(path.parts)))
     clash = sorted(files & parents)
     if clash:
         raise _refuse(archive, clash[0], "both a file and a folder")
