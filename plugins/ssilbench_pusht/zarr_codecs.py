@@ -12,6 +12,7 @@ numcodecs are installed.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,12 +125,26 @@ def _documents(path: Path, file: Path) -> Iterator[tuple[str, str, dict[str, Any
                 yield f"{where}/{name}", "3", meta
 
 
+def _metadata_files(path: Path) -> Iterator[Path]:
+    """Every metadata file under ``path``, through linked folders too (zarr follows them),
+    each real folder once."""
+    seen: set[str] = set()
+    for folder, subfolders, files in os.walk(path, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen:
+            subfolders[:] = []
+            continue
+        seen.add(real)
+        subfolders.sort()
+        for name in sorted(files):
+            if name in (".zarray", ".zmetadata", "zarr.json"):
+                yield Path(folder) / name
+
+
 def check_codecs(path: Path) -> None:
     """Refuse the zarr directory store ``path`` unless every array in it (read or not) is
     numeric and uses only allowed codecs; reads metadata only."""
-    for file in sorted(path.rglob("*")):
-        if file.name not in (".zarray", ".zmetadata", "zarr.json") or not file.is_file():
-            continue
+    for file in _metadata_files(path):
         for key, version, meta in _documents(path, file):
             key = key.removeprefix("./").strip("/") or "."
             (_check_v2 if version == "2" else _check_v3)(path, key, meta)

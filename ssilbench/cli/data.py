@@ -337,8 +337,8 @@ def _announce(manifest, planned, base_url: str | None, folder: Path) -> None:  #
     if not any(p.expected for p in planned):
         click.echo(
             "No sha256 is published for these files: the hash of each first download is "
-            f"recorded in {folder / dl.LOCK_NAME} once it is imported, and later copies must "
-            "match it."
+            f"recorded in {folder / dl.LOCK_NAME} once the command succeeds (the file in "
+            "place, unpacked and imported), and later copies must match it."
         )
 
 

@@ -87,6 +87,15 @@ def _v3_pickle_codec(path: Path, marker: Path) -> str:
     return "the array 'data/n_contacts' declares the codec 'numcodecs.pickle'"
 
 
+def _pickle_behind_a_linked_folder(path: Path, marker: Path) -> str:
+    # zarr follows a linked folder; so does the check.
+    outside = path.parent / "elsewhere"
+    (path / "data" / "action").rename(outside)
+    (path / "data" / "action").symlink_to(outside, target_is_directory=True)
+    _poison(outside, marker, compressor=None, filters=[{"id": "pickle", "protocol": 5}])
+    return "the array 'data/action' declares the filter 'pickle'"
+
+
 def _unknown_compressor(path: Path, marker: Path) -> str:
     zarray = json.loads((path / "data" / "img" / ".zarray").read_text())
     zarray["compressor"] = {"id": "imagecodecs_jpegxl"}
@@ -99,6 +108,7 @@ HOSTILE = {
     "pickle filter on float32": _pickle_filter_on_floats,
     "pickle in consolidated metadata": _pickle_in_consolidated_metadata,
     "pickle codec in a v3 zarr.json": _v3_pickle_codec,
+    "pickle behind a linked folder": _pickle_behind_a_linked_folder,
     "unknown compressor": _unknown_compressor,
 }
 
