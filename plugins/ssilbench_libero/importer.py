@@ -223,9 +223,13 @@ def _check_demo(path: Path, group: Any, name: str, states: bool = False) -> int:
 
 
 def _check_storage(path: Path, where: str, item: Any) -> None:
-    """Refuse a dataset whose bytes would come from elsewhere than the file itself (external
-    storage, a virtual dataset) or through a filter HDF5 would load as a plugin, or that
-    holds Python objects (variable-length data): nothing is read from it."""
+    """Refuse a dataset whose bytes would come from elsewhere than the file itself (a link to
+    another file, external storage, a virtual dataset) or through a filter HDF5 would load
+    as a plugin, or that holds Python objects (variable-length data): nothing is read."""
+    if Path(item.file.filename).resolve() != Path(path).resolve():
+        raise DatasetError(f"{path}: '{where}' is a link to another file "
+                           f"({item.file.filename!r}); ssilbench reads only data stored in the "
+                           f"file itself. {_USE_PUBLISHED}", path)  # fmt: skip
     if item.dtype.hasobject:
         raise DatasetError(f"{path}: '{where}' holds variable-length objects ({item.dtype}); "
                            f"expected numbers. {_USE_PUBLISHED}", path)  # fmt: skip

@@ -1,6 +1,7 @@
 """A hostile LIBERO HDF5 file reads nothing from outside itself and loads no filter plugin:
-datasets stored through an unknown filter, in an external file, as a virtual dataset, or
-as variable-length objects are refused from their metadata, before any value is read."""
+datasets stored through an unknown filter, in an external file, as a virtual dataset, behind
+a link to another file, or as variable-length objects are refused from their metadata,
+before any value is read."""
 
 from __future__ import annotations
 
@@ -43,6 +44,14 @@ def _virtual_dataset(handle, tmp: Path) -> str:
     return f"'{KEY}' is a virtual dataset, its data mapped from other files"
 
 
+def _external_link(handle, tmp: Path) -> str:
+    other = tmp / "other.h5"
+    with h5py.File(other, "w") as source:
+        source["x"] = ACTIONS
+    handle[KEY] = h5py.ExternalLink(str(other), "x")
+    return f"'{KEY}' is a link to another file ('{other}')"
+
+
 def _objects(handle, tmp: Path) -> str:
     handle.create_dataset(KEY, data=np.array(["0"] * 5, dtype=object),
                           dtype=h5py.string_dtype())  # fmt: skip
@@ -53,6 +62,7 @@ HOSTILE = {
     "unknown filter": _unknown_filter,
     "external storage": _external_file,
     "virtual dataset": _virtual_dataset,
+    "external link": _external_link,
     "variable-length objects": _objects,
 }
 
