@@ -351,6 +351,20 @@ def test_download_flags_a_user_can_get_wrong_exit_2(toy, run_here, tmp_path):
     assert not (cli.data / "downloads").exists()
 
 
+def test_an_archive_over_max_unpacked_exits_2_and_a_larger_limit_passes(toy, run_here):
+    cli, mirror = toy
+    with LocalServer(mirror) as server:
+        args = _args(cli, server, "--manifest", str(cli.tmp / "archive.toml"))
+        code, err = run_here(*args, "--max-unpacked", "1kB")
+        assert code == 2, err
+        assert "would unpack to 1.2 kB (2 members), over the limit of 1.0 kB" in err
+        assert "--max-unpacked 1MB" in err
+        code, err = run_here(*args, "--max-unpacked", "1MB")
+        assert code == 0, err
+        assert len(server.gets("toy.zip")) == 1  # the second run used the file in place
+    assert (cli.data / "toy" / "alpha" / "manifest.json").is_file()
+
+
 def test_a_file_of_published_size_is_not_started_without_room_for_it(tmp_path, monkeypatch):
     served = tmp_path / "mirror"
     served.mkdir()
