@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ssilbench.cli.download_progress import PlainReporter, SilentReporter
 from ssilbench.data import download as dl
 from ssilbench.data.local_server import LocalServer
 from ssilbench.errors import UsageError
@@ -54,7 +55,7 @@ def one_file(**entry) -> dl.Manifest:
 def download(m: dl.Manifest, dest: Path, server: LocalServer, pins=None, transfer=FAST):
     lines: list[str] = []
     planned = dl.plan_downloads(m, m.files, dest, server.url, pins)
-    fetched = dl.download_all(m, planned, dest, dl.PlainReporter(lines.append), transfer)
+    fetched = dl.download_all(m, planned, dest, PlainReporter(lines.append), transfer)
     return fetched, lines
 
 
@@ -174,9 +175,13 @@ def test_a_file_put_in_place_by_hand_is_verified_not_downloaded(served, tmp_path
         assert server.requests == []
     assert not fetched.downloaded
     (dest / "blob.bin").write_bytes(b"something else")
-    with LocalServer(served) as server, pytest.raises(dl.DownloadError, match="Delete .*blob.bin"):
-        download(one_file(sha256=sha(PAYLOAD)), dest, server)
-    assert (dest / "blob.bin").read_bytes() == b"something else"  # a user's file stays
+    with LocalServer(served) as server:
+        with pytest.raises(dl.DownloadError, match="moved aside to .*blob.bin.rejected-"):
+            download(one_file(sha256=sha(PAYLOAD)), dest, server)
+        (aside,) = dest.glob("blob.bin.rejected-*")
+        assert aside.read_bytes() == b"something else"  # a user's file is kept, renamed
+        download(one_file(sha256=sha(PAYLOAD)), dest, server)  # as the message says
+    assert (dest / "blob.bin").read_bytes() == PAYLOAD
 
 
 def test_404_and_quota_pages_and_unreachable_hosts_say_what_to_do(served, tmp_path):
@@ -196,7 +201,7 @@ def test_404_and_quota_pages_and_unreachable_hosts_say_what_to_do(served, tmp_pa
     planned = dl.plan_downloads(one_file(), one_file().files, tmp_path / "c",
                                 f"http://127.0.0.1:{port}")  # fmt: skip
     with pytest.raises(dl.DownloadError, match=r"Cannot reach 127.0.0.1:\d+ for blob.bin"):
-        dl.download_all(one_file(), planned, tmp_path / "c", dl.SilentReporter(), FAST)
+        dl.download_all(one_file(), planned, tmp_path / "c", SilentReporter(), FAST)
 
 
 def _zip(path: Path, members: dict[str, bytes]) -> bytes:
@@ -274,6 +279,23 @@ def test_every_built_in_manifest_parses_and_covers_its_tasks(plugins):
     assert dl.packaged_manifest(plugins.environments.create("maze")) is None
 
 
+CARDS = Path(__file__).resolve().parents[1] / "docs" / "environments"
+
+
+@pytest.mark.parametrize("family", ["procgen", "pusht", "libero10"])
+def test_each_data_card_says_which_files_are_trusted_on_first_use(plugins, family):
+    m = dl.packaged_manifest(plugins.environments.create(family))
+    unpinned = [f.name for f in m.files if not f.sha256]
+    (line,) = [t for t in (CARDS / f"{family}.md").read_text().splitlines()
+               if t.startswith("**Trust on first use:**")]  # fmt: skip
+    if not unpinned:
+        assert "none" in line and f"all {len(m.files)}" not in line
+    elif len(unpinned) == len(m.files) > 1:
+        assert f"all {len(m.files)} files" in line
+    else:
+        assert all(f"`{name}`" in line for name in unpinned)
+
+
 # --- the command, end to end, with a third-party environment --------------------------------
 
 TOY_PLUGIN = """
@@ -317,7 +339,10 @@ class ToyEnvironment(Environment):
             path = Path(source) / f"{task}.npy"
             if not path.is_file():
                 raise DatasetError(f"{path} is missing")
-            obs = np.load(path)
+            try:
+                obs = np.load(path, allow_pickle=False)
+            except (ValueError, OSError, EOFError) as exc:
+                raise DatasetError(f"{path} cannot be read ({exc})") from None
             stores.append(TransitionStore.write(
                 Path(root) / "toy" / task, obs, np.zeros(len(obs), np.int64),
                 np.zeros(len(obs), np.float32), np.array([len(obs)]), {"from": str(path)}))

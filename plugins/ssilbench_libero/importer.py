@@ -63,6 +63,11 @@ _KEYS: tuple[tuple[str, tuple[int, ...], str], ...] = (
 _STATES: tuple[str, tuple[Any, ...], str] = ("states", ("S",), "number")
 # Actions outside [-1, 1] by at most this much are rounding and are clipped.
 _ACTION_SLACK = 1e-3
+# HDF5's own filters and h5py's lzf, compiled in: any other filter id makes HDF5 load a plugin
+# library found on the machine to decode the data, which a file cannot be trusted to choose.
+_FILTERS = {1: "deflate", 2: "shuffle", 3: "fletcher32", 4: "szip", 5: "nbit",
+            6: "scaleoffset", 32000: "lzf"}  # fmt: skip
+_USE_PUBLISHED = "Use LIBERO's published file (ssilbench data download libero10)."
 
 
 def _h5py() -> Any:
@@ -173,6 +178,7 @@ def _check_demo(path: Path, group: Any, name: str, states: bool = False) -> int:
         if item is None or not hasattr(item, "shape"):
             raise DatasetError(f"{path}: key '{where}' is missing (expected an array of "
                                f"shape (T, {', '.join(map(str, trailing))})).", path)  # fmt: skip
+        _check_storage(path, where, item)
         shape = tuple(item.shape)
         if kind == "image" and (shape[1:] != trailing or item.dtype != np.uint8):
             raise DatasetError(
@@ -214,6 +220,40 @@ def _check_demo(path: Path, group: Any, name: str, states: bool = False) -> int:
         raise DatasetError(f"{path}: data/{name} has {length} step(s); a demonstration needs "
                            "at least 2.", path)  # fmt: skip
     return int(length)
+
+
+def _check_storage(path: Path, where: str, item: Any) -> None:
+    """Refuse a dataset whose bytes would come from elsewhere than the file itself (a link to
+    another file, external storage, a virtual dataset) or through a filter HDF5 would load
+    as a plugin, or that holds Python objects (variable-length data): nothing is read."""
+    if Path(item.file.filename).resolve() != Path(path).resolve():
+        raise DatasetError(f"{path}: '{where}' is a link to another file "
+                           f"({item.file.filename!r}); ssilbench reads only data stored in the "
+                           f"file itself. {_USE_PUBLISHED}", path)  # fmt: skip
+    if item.dtype.hasobject:
+        raise DatasetError(f"{path}: '{where}' holds variable-length objects ({item.dtype}); "
+                           f"expected numbers. {_USE_PUBLISHED}", path)  # fmt: skip
+    if item.is_virtual:
+        raise DatasetError(f"{path}: '{where}' is a virtual dataset, its data mapped from other "
+                           "files; ssilbench reads only data stored in the file itself. "
+                           f"{_USE_PUBLISHED}", path)  # fmt: skip
+    plist = item.id.get_create_plist()
+    if plist.get_external_count():
+        other = plist.get_external(0)[0].decode(errors="replace")
+        raise DatasetError(f"{path}: '{where}' keeps its data in another file ({other!r}, HDF5 "
+                           "external storage); ssilbench reads only data stored in the file "
+                           f"itself. {_USE_PUBLISHED}", path)  # fmt: skip
+    for index in range(plist.get_nfilters()):
+        code, _, _, name = plist.get_filter(index)
+        if code not in _FILTERS:
+            label = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            raise DatasetError(
+                f"{path}: '{where}' is stored with the HDF5 filter {label!r} (id {code}), which "
+                f"ssilbench does not decode: only HDF5's built-in filters "
+                f"({', '.join(sorted(_FILTERS.values()))}) are, since any other is a plugin "
+                f"library HDF5 would load to read it. {_USE_PUBLISHED}",
+                path,
+            )
 
 
 def _check_actions(path: Path, name: str, actions: np.ndarray) -> None:

@@ -5,7 +5,8 @@ action taken at each frame, ``done`` (True where the episode ends after that fra
 action) and ``rewards``; other keys (``ep_returns``, ``values``, log-probabilities) are
 allowed and ignored. Chunks are consecutive: an episode may continue from one chunk into
 the next. Everything is checked from the chunk headers before any frame is copied, and
-each chunk's contents again while it is copied.
+each chunk's contents again while it is copied. Chunks are read with ``allow_pickle=False``:
+an array of Python objects in a chunk is refused, never unpickled.
 """
 
 from __future__ import annotations
@@ -97,6 +98,13 @@ def inspect_chunk(path: Path) -> Chunk:
             f"Chunk {path} is truncated or corrupt ({type(exc).__name__}: {exc}). Copy it "
             "again from the source and import again."
         ) from None
+    pickled = [k for k in REQUIRED_KEYS if headers[k][1].hasobject]
+    if pickled:
+        raise DatasetError(
+            f"Chunk {path}: '{pickled[0]}' holds pickled Python objects ({headers[pickled[0]][1]})"
+            ", which ssilbench never loads: unpickling runs code stored in the file. The "
+            "published chunks hold plain arrays; copy them again from the source."
+        )
     shape, dtype = headers["obs"]
     if len(shape) != 4 or shape[1:] != FRAME_SHAPE or dtype != np.uint8:
         raise DatasetError(

@@ -21,6 +21,7 @@ import numpy as np
 from ssilbench.api import DatasetError
 from ssilbench_pusht.geometry import reward as state_reward
 from ssilbench_pusht.vec_env import IMAGE_SHAPE
+from ssilbench_pusht.zarr_codecs import check_codecs
 
 LAYOUT_HINT = (
     "Expected a diffusion-policy replay zarr (a zarr v2 directory store such as "
@@ -73,6 +74,7 @@ def _open_group(path: Path) -> Any:
         )
     if not path.is_dir() or not ((path / ".zgroup").is_file() or (path / "zarr.json").is_file()):
         raise _fail(path, "is not a zarr directory store (no .zgroup or zarr.json in it).")
+    check_codecs(path)  # before zarr reads anything: a codec may run code hidden in the data
     try:
         import zarr
     except ImportError as exc:

@@ -182,6 +182,12 @@ def data_collect(state: State, env_id: str, policy: str, frames: int, test_frame
     metavar="NAME=HEX",
     help="Require this sha256 of the file NAME (repeatable); overrides the manifest.",
 )
+@click.option(
+    "--refresh",
+    is_flag=True,
+    help="Forget the sha256s recorded on first use (downloads.lock.json) of these files, and "
+    "trust the copies downloaded now instead.",
+)
 @click.option("-y", "--yes", is_flag=True, help="Start without asking (a terminal asks).")
 @click.option("--no-import", is_flag=True, help="Download only; do not import.")
 @click.option(
@@ -190,19 +196,35 @@ def data_collect(state: State, env_id: str, policy: str, frames: int, test_frame
     help="Delete the downloaded files once the import succeeded (the lock file stays).",
 )
 @count_option("--retries", minimum=0, default=5, help="Retries of a broken connection per file.")
+@click.option(
+    "--max-unpacked",
+    default="100GB",
+    show_default=True,
+    metavar="SIZE",
+    help="Refuse an archive that would unpack to more than this (e.g. 500MB, 200GB, 1TB).",
+)
+@click.option(
+    "--max-ratio",
+    type=click.FloatRange(min=1),
+    default=200.0,
+    show_default=True,
+    help="Refuse an archive that unpacks to more than this many times its size (a zip bomb).",
+)
 @env_options_option("Environment option for the import, e.g. -o dataset=NAME.")
 @data_root_option
 @click.option("--replace", is_flag=True, help="Import again over datasets already imported.")
 @click.pass_obj
 def data_download(state: State, family: str, tasks, base_url, dest, manifest_file, pins,
-                  yes: bool, no_import: bool, remove_downloads: bool, retries: int, options,
-                  data_root: str, replace: bool) -> None:  # fmt: skip
+                  refresh: bool, yes: bool, no_import: bool, remove_downloads: bool,
+                  retries: int, max_unpacked: str, max_ratio: float, options, data_root: str,
+                  replace: bool) -> None:  # fmt: skip
     """Download FAMILY's published expert data (procgen, pusht, libero10), check it, import it.
 
     The total size is shown first; in a terminal the command asks before it starts (--yes
     skips the question), elsewhere it starts. Interrupted files resume; every file is
     checked against its sha256 (or, where the publisher gives none, against the hash its
-    first download had: downloads.lock.json). See docs/guide.md, "Getting the data".
+    first download had: downloads.lock.json). Concurrent commands download a file once.
+    See docs/guide.md, "Getting the data".
     """
     import sys
 
@@ -213,38 +235,99 @@ def data_download(state: State, family: str, tasks, base_url, dest, manifest_fil
         raise UsageError(f"'data download' takes a family, e.g. 'procgen'; pick tasks with "
                          f"--games, not {family!r}.")  # fmt: skip
     environment = state.plugins.environments.create(family)
+    manifest = _download_manifest(environment, family, manifest_file)
+    if not no_import and not provides(environment, "import_dataset"):
+        raise UsageError(f"Environment '{family}' has no importer; use --no-import to only "
+                         "download the files.")  # fmt: skip
+    chosen = _download_tasks(state, family, manifest, tasks)
+    opts = environment_options(environment, family, parse_options(options))
+    root = Path(data_root).expanduser()
+    folder = _download_folder(root, family, dest)
+    limits = dl.UnpackLimits(dl.parse_size(max_unpacked, "--max-unpacked"), max_ratio)
+    planned = dl.plan_downloads(manifest, manifest.select(chosen), folder,
+                                dl.check_base_url(base_url) if base_url else None,
+                                dl.parse_pins(pins, manifest))  # fmt: skip
+    _announce(manifest, planned, base_url, folder)
+    if not yes and sys.stdin.isatty() and any(not p.present for p in planned):
+        click.confirm("Start the download?", default=True, abort=True)
+    from ssilbench.cli.download_progress import reporter_for
+
+    reporter = reporter_for(state.quiet, lambda line: click.echo(line, err=True))
+    transfer = dl.Transfer(retries=retries)
+    with dl.Download(manifest, planned, folder, reporter, transfer, limits, refresh) as download:
+        fetched = download.fetch_all()
+        got = sum(f.size for f in fetched if f.downloaded)
+        click.echo(f"{len(fetched)} file(s) in place and checked "
+                   f"({dl.human_size(got)} downloaded).")  # fmt: skip
+        if no_import:
+            download.trust()
+            click.echo(f"Import them with: ssilbench data import {family} --from "
+                       f"{folder / manifest.import_from}")  # fmt: skip
+            return
+        targets = chosen or manifest.tasks()
+        stores = _import_download(download, environment, folder / manifest.import_from, root,
+                                  targets, opts, replace, state.log())  # fmt: skip
+        download.trust()
+        for store in stores:
+            click.echo(f"{store.root}: {_describe(store)}")
+        if remove_downloads:
+            dl.remove_downloads(download.planned, folder)
+            click.echo(f"Deleted the downloaded files from {folder} (kept {dl.LOCK_NAME}).")
+        else:
+            click.echo(f"The downloaded files stay in {folder}; delete them (or rerun with "
+                       "--remove-downloads) once you no longer need them.")  # fmt: skip
+
+
+def _download_manifest(environment, family: str, manifest_file: str | None):  # noqa: ANN001, ANN202
+    """The manifest of ``--manifest FILE``, or the one the environment ships."""
+    from ssilbench.api import provides
+    from ssilbench.data import download as dl
+
     if manifest_file:
         manifest = dl.read_manifest(Path(manifest_file))
         if manifest.family != family:
             raise UsageError(f"--manifest {manifest_file} describes '{manifest.family}', not "
                              f"'{family}'.")  # fmt: skip
-    else:
-        manifest = dl.packaged_manifest(environment)
+        return manifest
+    manifest = dl.packaged_manifest(environment)
     if manifest is None:
         if provides(environment, "import_dataset"):
             hint = f"import data you have with 'ssilbench data import {family} --from DIR'"
         else:
             hint = f"its datasets are built with 'ssilbench data build {family}:all'"
         raise UsageError(f"Environment '{family}' publishes no downloads: {hint}.")
-    if not no_import and not provides(environment, "import_dataset"):
-        raise UsageError(f"Environment '{family}' has no importer; use --no-import to only "
-                         "download the files.")  # fmt: skip
-    chosen: list[str] = []
-    if tasks is not None:
-        ids = [f"{family}:{t}" for t in comma_list(tasks, "task", "--games bigfish,coinrun")]
-        chosen = [t for _, t in expand_envs(state.plugins, ids)]
-        missing = [t for t in chosen if not any(t in f.tasks or not f.tasks
-                                                for f in manifest.files)]  # fmt: skip
-        if missing:
-            raise UsageError(f"The {family} download manifest has no file for "
-                             f"{', '.join(missing)}.")  # fmt: skip
-    opts = environment_options(environment, family, parse_options(options))
-    root = Path(data_root).expanduser()
+    return manifest
+
+
+def _download_tasks(state: State, family: str, manifest, tasks: str | None) -> list[str]:  # noqa: ANN001
+    """The tasks ``--games`` names (none: every task), each one the manifest has a file for."""
+    if tasks is None:
+        return []
+    ids = [f"{family}:{t}" for t in comma_list(tasks, "task", "--games bigfish,coinrun")]
+    chosen = [t for _, t in expand_envs(state.plugins, ids)]
+    missing = [t for t in chosen if not any(t in f.tasks or not f.tasks for f in manifest.files)]
+    if missing:
+        raise UsageError(f"The {family} download manifest has no file for "
+                         f"{', '.join(missing)}.")  # fmt: skip
+    return chosen
+
+
+def _download_folder(root: Path, family: str, dest: str | None) -> Path:
+    """``--dest`` (default ``DATA_ROOT/downloads/FAMILY``), which must not hold the data root:
+    an unpacked archive replaces the folders it names there, datasets included."""
     folder = Path(dest).expanduser() if dest else root / "downloads" / family
-    files = manifest.select(chosen)
-    planned = dl.plan_downloads(manifest, files, folder,
-                                dl.check_base_url(base_url) if base_url else None,
-                                dl.parse_pins(pins, manifest))  # fmt: skip
+    resolved, data = folder.resolve(), root.resolve()
+    if data == resolved or data.is_relative_to(resolved):
+        raise UsageError(f"--dest {dest} holds the data root {root}: archives unpacked there "
+                         "would replace the folders they name, datasets included. Give the "
+                         f"downloads a folder of their own, e.g. --dest "
+                         f"{root / 'downloads' / family} (the default).")  # fmt: skip
+    return folder
+
+
+def _announce(manifest, planned, base_url: str | None, folder: Path) -> None:  # noqa: ANN001
+    """What will be downloaded, from where, checked against what."""
+    from ssilbench.data import download as dl
 
     click.echo(f"{manifest.title}" + (f" ({manifest.homepage})" if manifest.homepage else ""))
     source = f"mirror {base_url}" if base_url else "the publisher"
@@ -254,28 +337,27 @@ def data_download(state: State, family: str, tasks, base_url, dest, manifest_fil
     if not any(p.expected for p in planned):
         click.echo(
             "No sha256 is published for these files: the hash of each first download is "
-            f"recorded in {folder / dl.LOCK_NAME} and later copies must match it."
+            f"recorded in {folder / dl.LOCK_NAME} once the command succeeds (the file in "
+            "place, unpacked and imported), and later copies must match it."
         )
-    if not yes and sys.stdin.isatty() and any(not p.present for p in planned):
-        click.confirm("Start the download?", default=True, abort=True)
-    reporter = dl.reporter_for(state.quiet, lambda line: click.echo(line, err=True))
-    fetched = dl.download_all(manifest, planned, folder, reporter, dl.Transfer(retries=retries))
-    got = sum(f.size for f in fetched if f.downloaded)
-    click.echo(f"{len(fetched)} file(s) in place and checked ({dl.human_size(got)} downloaded).")
-    if no_import:
-        click.echo(f"Import them with: ssilbench data import {family} --from "
-                   f"{folder / manifest.import_from}")  # fmt: skip
-        return
-    targets = chosen or manifest.tasks()
-    stores = environment.import_dataset(folder / manifest.import_from, root, targets, opts,
-                                        replace=replace, log=state.log())  # fmt: skip
-    for store in stores:
-        click.echo(f"{store.root}: {_describe(store)}")
-    if remove_downloads:
-        dl.remove_downloads(planned, folder)
-        click.echo(f"Deleted the downloaded files from {folder} (kept {dl.LOCK_NAME}).")
-    else:
-        click.echo(
-            f"The downloaded files stay in {folder}; delete them (or rerun with "
-            "--remove-downloads) once you no longer need them."
-        )
+
+
+def _import_download(download, environment, source: Path, root: Path, tasks: list[str],  # noqa: ANN001
+                     opts, replace: bool, log) -> list:  # noqa: ANN001  # fmt: skip
+    """The import of what was downloaded; when it fails, the files no hash vouches for are
+    moved aside (the download may be at fault), so that running the command again fetches
+    them afresh."""
+    from ssilbench.errors import DatasetError
+
+    try:
+        return environment.import_dataset(source, root, tasks, opts, replace=replace, log=log)
+    except DatasetError as exc:
+        moved = download.reject_untrusted()
+        if not moved:
+            raise
+        listed = ", ".join(f"{name} to {path}" for name, path in moved)
+        raise DatasetError(
+            f"{exc} No sha256 vouches for the downloaded file(s), so they were moved aside "
+            f"({listed}): run the command again to download them afresh.",
+            exc.root,
+        ) from None

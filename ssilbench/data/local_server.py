@@ -4,7 +4,9 @@
 their ``downloads.toml`` the same way, through :mod:`ssilbench.testing`): it serves the files
 under ``root`` on 127.0.0.1, answers ``Range: bytes=A-`` and ``bytes=A-B`` with 206, records
 every request's path and headers, and can misbehave on purpose: drop the connection after
-some bytes of a file, ignore ranges, or answer with a web page as a quota-limited host does.
+some bytes of a file, send a file without its length, ignore ranges, answer with a web page
+as a quota-limited host does, or hold every file back until the test lets it go (so that
+two clients overlap).
 """
 
 from __future__ import annotations
@@ -38,14 +40,18 @@ class LocalServer:
 
     ``drop_after``: file path -> bytes after which the next GET of that file is cut (the
     full Content-Length is announced, then the connection closes), once per entry.
-    ``ranges``: False to ignore Range headers (200 with the whole file). ``html``: paths
-    answered with a 200 web page instead of the file.
+    ``no_length``: paths sent without Content-Length, their end marked only by the closed
+    connection (so a cut is invisible to the client). ``ranges``: False to ignore Range
+    headers (200 with the whole file). ``html``: paths answered with a 200 web page instead
+    of the file. ``gate``: an event every file's bytes wait for (headers are sent at once).
     """
 
     root: Path
     drop_after: dict[str, int] = field(default_factory=dict)
+    no_length: set[str] = field(default_factory=set)
     ranges: bool = True
     html: set[str] = field(default_factory=set)
+    gate: threading.Event | None = None
     requests: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -134,13 +140,19 @@ class LocalServer:
         handler.send_response(status)
         handler.send_header("Content-Type", "application/octet-stream")
         handler.send_header("Accept-Ranges", "bytes" if self.ranges else "none")
-        handler.send_header("Content-Length", str(end - start + 1))
+        if path in self.no_length:
+            handler.send_header("Connection", "close")
+            handler.close_connection = True
+        else:
+            handler.send_header("Content-Length", str(end - start + 1))
         if status == 206:
             handler.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         handler.end_headers()
         if not body:
             return
         payload = data[start : end + 1]
+        if self.gate is not None:
+            self.gate.wait(timeout=120)
         with self._lock:
             cut = self.drop_after.pop(path, None)
         if cut is not None and cut < len(payload):
