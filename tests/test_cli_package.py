@@ -105,12 +105,22 @@ def test_list_values_name_their_flag():
         parse_seeds("0,x")
 
 
-def test_make_executor_builds_what_the_settings_ask_for(tmp_path):
+def test_make_executor_builds_what_the_settings_ask_for(tmp_path, monkeypatch):
+    import shutil
+
     from ssilbench.runner.executors import RayExecutor, SlurmExecutor, make_executor
 
+    # Executors check their prerequisites when they are made: a Ray head that answers, and
+    # sbatch (here, as on a SLURM login node).
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
     assert make_executor(ExecutorSettings(), tmp_path) is None
-    ray = make_executor(ExecutorSettings("ray", ray_address="h:1", gpus_per_run=0.5), tmp_path)
-    assert ray == RayExecutor("h:1", 1.0, 0.5)
+    with socket.socket() as head:
+        head.bind(("127.0.0.1", 0))
+        head.listen()
+        address = f"127.0.0.1:{head.getsockname()[1]}"
+        ray = make_executor(ExecutorSettings("ray", ray_address=address, gpus_per_run=0.5),
+                            tmp_path)  # fmt: skip
+        assert ray == RayExecutor(address, 1.0, 0.5)
     slurm = make_executor(
         ExecutorSettings("slurm", slurm_partition="gpu", gpus_per_run=1.0, cpus_per_run=2.5),
         tmp_path,
