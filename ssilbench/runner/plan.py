@@ -34,7 +34,12 @@ from ssilbench.errors import (
 )
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
-from ssilbench.runner.identity import dataset_fingerprint, plugin_versions, protocol_fingerprint
+from ssilbench.runner.identity import (
+    dataset_fingerprint,
+    plugin_code,
+    plugin_versions,
+    protocol_fingerprint,
+)
 from ssilbench.runner.spec import (
     SPEC_VERSION,
     RunSpec,
@@ -358,11 +363,12 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
 
 def identify(plugins: Plugins, method: MethodInfo, task: TaskInfo) -> dict[str, Any]:
     """The spec fields that identify what the installed plugins make of a run: the task's
-    protocol fingerprint and the versions of the plugins it uses."""
+    protocol fingerprint, and the versions and code fingerprints of the plugins it uses."""
     family = task.env.split(":", 1)[0]
     used = [(plugins.methods, method.name), (plugins.environments, family)]
     used += [(plugins.architectures, a) for a in architecture_names(method, task.spec)]
-    return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used)}
+    return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used),
+            "code": plugin_code(used)}  # fmt: skip
 
 
 def _check_identity(spec: RunSpec, here: dict[str, Any]) -> None:
@@ -376,7 +382,8 @@ def _check_identity(spec: RunSpec, here: dict[str, Any]) -> None:
             raise ConfigError(
                 f"Run {spec.run_id} ({spec.method} on {spec.env}) was planned with {name} "
                 f"{getattr(spec, name)}, but the plugins installed here give {value}: install "
-                "the same plugin versions everywhere the sweep runs, then plan it again."
+                "the same plugin versions and code everywhere the sweep runs, then plan it "
+                "again."
             )
 
 

@@ -89,8 +89,9 @@ class RunStorage:
     checkpoint_root: Path | None = None
     checkpoint_every: int = 0
 
-    def cache(self) -> StageCache | None:
-        return StageCache(self.cache_root) if self.cache_root is not None else None
+    def cache(self, code: dict[str, str] | None = None) -> StageCache | None:
+        """The stage cache of a run whose plugins' code is ``code`` (``RunSpec.code``)."""
+        return StageCache(self.cache_root, code) if self.cache_root is not None else None
 
     def checkpoints(self, run_id: str, timeline: list) -> RunCheckpoints | None:
         if self.checkpoint_root is None or self.checkpoint_every < 1:
@@ -224,7 +225,7 @@ def set_up_run(
         inputs.stages,
         eval_every=spec.eval_every,
         evaluate=evaluate,
-        cache=storage.cache(),
+        cache=storage.cache(spec.code),
         checkpoints=storage.checkpoints(spec.run_id, timeline),
         scope=stage_scope(spec, task),
         telemetry=telemetry,

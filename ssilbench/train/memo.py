@@ -91,10 +91,13 @@ class CacheEntry:
 
 
 class StageCache:
-    """Trained stage weights on disk, one file per key under ``root``."""
+    """Trained stage weights on disk, one file per key under ``root``. ``code`` (plugin ->
+    fingerprint of its files, a run's ``RunSpec.code``) joins every key, so that a stage
+    trained by other code of a plugin is never reused."""
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    def __init__(self, root: str | os.PathLike, code: dict[str, str] | None = None) -> None:
         self.root = Path(root)
+        self.code = dict(code or {})
 
     def key(
         self,
@@ -109,6 +112,8 @@ class StageCache:
         h = hashlib.sha256()
         head = {"format": FORMAT, "trainer": trainer, "device": device.type,
                 "torch": torch.__version__.split("+")[0], **settings}  # fmt: skip
+        if self.code:  # a cache of no run (a test's) keeps the keys it always had
+            head["code"] = self.code
         h.update(json.dumps(head, sort_keys=True, default=repr).encode())
         for name, value in net.state_dict().items():
             h.update(name.encode())
