@@ -12,7 +12,14 @@ from pathlib import Path
 from ssilbench.errors import OutputError, os_error_message
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
+from ssilbench.leaderboard.table import (
+    Cell,
+    EnvTable,
+    GroupTable,
+    SuiteTable,
+    Table,
+    plugin_text,
+)
 
 FORMATS = ("md", "csv", "json", "tex", "html")
 
@@ -74,7 +81,24 @@ def _footnote(table: EnvTable) -> str:
         f"Cells: mean over seeds [{SEED_INTERVAL}] (n = seeds), {what}; best mean per column "
         "in bold. AUC: mean score over the budgets on a log N_L scale."
     )
+    if table.plugins:
+        lines.append(md_escape(plugins_sentence(table)))
     return "\n".join(lines)
+
+
+def plugins_sentence(table: EnvTable) -> str:
+    """The plugins behind a table's numbers, with their releases and code fingerprints."""
+    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
+
+
+def _plugin_rows(writer, table: Table) -> None:
+    """CSV rows of kind ``plugin``: per environment, each plugin behind its numbers
+    (``method``: the plugin, ``metric``: its distribution and version, ``statistic``: the
+    fingerprint of its code)."""
+    for t in table.tables:
+        for p in t.plugins:
+            writer.writerow(["plugin", t.env, p["plugin"], "", p["release"], p["code"],
+                             "", "", "", "", "", "", "", ""])  # fmt: skip
 
 
 def md_escape(text: str) -> str:
@@ -221,6 +245,7 @@ def to_csv(table: Table) -> str:
                          s.runs[method][budget], "", "", "" if auc is None else f"{auc:.6g}",
                          ""]
                     )  # fmt: skip
+    _plugin_rows(writer, table)
     return out.getvalue()
 
 
@@ -286,6 +311,8 @@ def to_tex(table: Table) -> str:
                    f"[{tex_escape(SEED_INTERVAL)}]; best mean per "
                    "column in bold. AUC: mean score over the budgets on a log $N_L$ "
                    "scale.")  # fmt: skip
+        if t.plugins:
+            caption += " " + tex_escape(plugins_sentence(t))
         parts.append(_tex_table(caption, header, rows))
         if (g := table.group_table(t.env)) is not None:
             parts.append(_groups_tex(g, t))

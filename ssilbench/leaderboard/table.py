@@ -63,6 +63,10 @@ class EnvTable:
     efficiency: dict[str, float | None] = field(default_factory=dict)  # method -> AUC
     n_labeled: dict[str, float] = field(default_factory=dict)  # budget -> mean |D_L|
     unit: str = "transitions"  # what N_L counts: transitions or whole demonstrations
+    plugins: list[dict[str, str]] = field(default_factory=list)
+    """Every plugin behind the table's runs: ``plugin``, ``release`` (its distribution and
+    version, as the runs recorded it) and ``code`` (the fingerprint of its files; "" for
+    runs recorded before fingerprints), one entry per distinct combination, sorted."""
 
     def cell(self, method: str, budget: str) -> Cell | None:
         return self.cells.get(method, {}).get(budget)
@@ -138,10 +142,28 @@ class Table:
 
 
 def provenance(record: RunRecord) -> str:
-    """Where a number came from: ssilbench version and commit, torch, and the device."""
+    """Where a number came from: ssilbench version and commit, torch, the device, and each
+    plugin the run used with its release and code fingerprint."""
     v = record.versions or {}
-    return (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
+    text = (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
             f"torch {v.get('torch', '?')}, {record.device or 'unknown device'}")  # fmt: skip
+    used = plugin_sources(record)
+    if used:
+        text += "; plugins: " + ", ".join(plugin_text(p) for p in used)
+    return text
+
+
+def plugin_sources(record: RunRecord) -> list[dict[str, str]]:
+    """The plugins a run used, as its spec records them: name, release and code."""
+    code = record.spec.code
+    return [{"plugin": name, "release": release, "code": code.get(name, "")}
+            for name, release in sorted(record.spec.plugins.items())]  # fmt: skip
+
+
+def plugin_text(source: dict[str, str]) -> str:
+    """``maze (ssilbench 0.3.0, code 715e4debb8c724ee)``: a plugin behind a number."""
+    code = f", code {source['code']}" if source.get("code") else ""
+    return f"{source['plugin']} ({source['release']}{code})"
 
 
 def _settings(record: RunRecord) -> str:
@@ -171,7 +193,7 @@ def _distinguish(records: list[RunRecord]) -> list[RunRecord]:
 # column, and the step settings that _distinguish gives rows of their own.
 _POOLED = ("seed", "budget", "steps", "stop_early")
 # Spec fields a user reads as "the protocol", named first in a refusal.
-_PROTOCOL = ("version", "protocol", "data", "plugins")
+_PROTOCOL = ("version", "protocol", "data", "plugins", "code")
 
 
 def _identity(record: RunRecord) -> dict[str, Any]:
@@ -235,7 +257,9 @@ def build_table(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     seeds: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-    meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
+    meta: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {"normalisers": [], "reports": set(), "plugins": []}
+    )
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     by_group: dict[tuple[str, str, str], dict[str, list[tuple[int, float]]]] = defaultdict(
@@ -251,6 +275,9 @@ def build_table(
         values[env][method][budget].append(float(value))
         seeds[(env, method, budget)].append(record.seed)
         origins[(env, method, budget)].add(provenance(record))
+        for source in plugin_sources(record):
+            if source not in meta[env]["plugins"]:
+                meta[env]["plugins"].append(source)
         if record.n_labeled:
             sizes[env][budget].append(int(record.n_labeled))
         info = meta[env]
@@ -273,6 +300,9 @@ def build_table(
             methods=sorted(by_method),
             n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
             unit=meta[env].get("unit", "transitions"),
+            plugins=sorted(
+                meta[env]["plugins"], key=lambda p: (p["plugin"], p["release"], p["code"])
+            ),
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
