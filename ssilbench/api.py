@@ -372,9 +372,24 @@ class Architecture(ABC):
     """True for a multi-role network (``ssilbench.kit.UnifiedArchitecture``): one model that
     the methods train as a policy, an IDM or a video model instead of building a classifier."""
 
+    min_image_size: ClassVar[tuple[int, int]] = (1, 1)
+    """The smallest (height, width) of image observations (channels first) its networks
+    take: :meth:`input_problem` refuses smaller ones before any run starts."""
+
     @abstractmethod
     def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:
         """A fresh module; inputs are float tensors of shape (batch, *in_shape)."""
+
+    def input_problem(self, obs_shape: tuple[int, ...]) -> str | None:
+        """Why networks of this architecture cannot take observations of ``obs_shape`` (one
+        stored frame), or None. The planner asks before any run starts, so a mismatch is
+        one message and exit code 2; the default refuses images smaller than
+        :attr:`min_image_size`. Override it for other rules."""
+        low_h, low_w = self.min_image_size
+        if len(obs_shape) == 3 and (obs_shape[1] < low_h or obs_shape[2] < low_w):
+            return (f"needs images of at least {low_h}x{low_w} pixels, and the observations "
+                    f"are {obs_shape[1]}x{obs_shape[2]}")  # fmt: skip
+        return None
 
     def batch_size(self, n: int) -> int:
         """The paper's batch-size rule for a dataset of ``n`` items (full batch by default)."""

@@ -254,7 +254,7 @@ def _recorded(cli):
 BAD_INPUTS = {
     "unknown method": (["--method", "vm_idn"], "Did you mean 'vm_idm'"),
     "unknown family": (["--env", "mzae:10x10"], "Did you mean 'maze'"),
-    "unknown task": (["--env", "maze:11x11"], "Unknown task of 'maze' '11x11'"),
+    "unknown task": (["--env", "maze:11x11"], "Unknown maze task '11x11'"),
     "malformed env id": (["--env", "maze:"], "Malformed environment id"),
     "empty budgets": (["--budgets", ","], "budget list is empty"),
     "malformed budget": (["--budgets", "16,abc"], "'abc' is not a positive count"),

@@ -286,9 +286,11 @@ def expand_envs(
             )
             chosen = list(expand_all(values))
             tasks = [*tasks, *chosen]
+        # What the family calls its tasks ("procgen game"), as Environment.task_kind says.
+        kind = environment.task_kind if environment.task_kind != "task" else f"task of '{family}'"
         for t in chosen:
             if t not in tasks:
-                raise unknown(f"task of '{family}'", t, tasks, f" Or use '{family}:all'.")
+                raise unknown(kind, t, tasks, f" Or use '{family}:all'.")
             if (family, t) not in out:
                 out.append((family, t))
     return out
@@ -339,6 +341,13 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"Method '{info.name}': {fname}={arch_name} takes {'/'.join(arch.input_kinds)} "
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
+            )
+        problem = arch().input_problem(tuple(spec.obs_shape))
+        if problem:
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} {problem} on {spec.env_id}. "
+                f"Choose another architecture ({', '.join(plugins.architectures.names())}) "
+                f"with -c {fname}=NAME, or observations it takes."
             )
         if spec.action_kind not in arch.action_kinds:
             raise ConfigError(
