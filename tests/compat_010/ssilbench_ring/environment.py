@@ -161,8 +161,8 @@ class RingTask(Task):
         cells = [c for c in range(self.size) if c != self.size // 2]
         obs = torch.from_numpy(position(cells, self.size)).to(device)
         chosen = policy.probs(obs).argmax(dim=-1).cpu().tolist()
-        right = [expert_action(c, self.size) for c in cells]
-        return {"test_accuracy": float(np.mean([a == b for a, b in zip(chosen, right)]))}
+        right = np.array([expert_action(c, self.size) for c in cells])
+        return {"test_accuracy": float(np.mean(np.array(chosen) == right))}
 
 
 class RingEnvironment(Environment):

@@ -40,8 +40,15 @@ class RingIDM(Method):
 
         s, a, s_next = labeled_tensors(ctx.labeled, ctx.device)
         idm = arch.build(pair_shape(spec.obs_shape), spec.num_actions).to(ctx.device)
-        fit_classifier(idm, pair(s, s_next), a, ctx.plan.stage("idm"), lr=arch.lr,
-                       batch_size=arch.batch_size(len(s)), seed=ctx.seed)
+        fit_classifier(
+            idm,
+            pair(s, s_next),
+            a,
+            ctx.plan.stage("idm"),
+            lr=arch.lr,
+            batch_size=arch.batch_size(len(s)),
+            seed=ctx.seed,
+        )
         u, u_next = unlabeled_tensors(ctx.unlabeled, ctx.device)
         with torch.no_grad():
             ctx.extras["labels"] = idm(pair(u, u_next)).argmax(dim=-1)
@@ -49,7 +56,13 @@ class RingIDM(Method):
         keep = torch.randperm(len(u), generator=ctx.generator(1))[: max(1, len(u) // 2)]
         net = arch.build(spec.obs_shape, spec.num_actions).to(ctx.device)
         policy = ClassifierPolicy(net)
-        fit_classifier(net, u[keep], ctx.extras["labels"][keep],
-                       ctx.plan.stage("policy", policy=policy), lr=arch.lr,
-                       batch_size=arch.batch_size(len(keep)), seed=ctx.seed)
+        fit_classifier(
+            net,
+            u[keep],
+            ctx.extras["labels"][keep],
+            ctx.plan.stage("policy", policy=policy),
+            lr=arch.lr,
+            batch_size=arch.batch_size(len(keep)),
+            seed=ctx.seed,
+        )
         return policy
