@@ -1,4 +1,5 @@
-"""The examples of docs/guide.md and README.md are checked against what the code does.
+"""The examples of docs/guide.md, docs/plugin-authors.md and README.md are checked against
+what the code does.
 
 A block is checked when the line before it (blank lines aside) is a marker
 ``<!-- checked: KIND ARGS -->``; the block is the fenced code block or the Markdown table that
@@ -26,13 +27,23 @@ can produce (a long sweep, a GPU). The kinds:
 - ``plugins``: a table of plugin, methods, environments and architectures: exactly what
   ``ssilbench list --json`` reports; and ``ssilbench list`` prints its sections in the order
   of the table's columns.
+- ``file PATH``: a Python block that is the file PATH of a plugin a walk-through builds; it
+  must compile, and the ``example-output`` blocks of its page run with it.
+- ``example-output``: ``output``, with the example plugin of ``docs/plugin-example``
+  installed (its package and a ``.dist-info`` made from its ``pyproject.toml``, as pip lays
+  them out) and the page's ``file`` blocks importable: a walk-through's commands run (in a
+  temporary folder: give them ``--data-root``) and print what the page shows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shlex
+import shutil
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -42,10 +53,11 @@ from ssilbench.cli import cli
 from ssilbench.testing import cli_exit_code
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "docs" / "guide.md", ROOT / "README.md"]
+DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md"]
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.
-REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins"}
+REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins",
+            "file", "example-output"}  # fmt: skip
 
 
 def marked_blocks() -> list[tuple[str, int, str, list[str], str]]:
@@ -238,6 +250,62 @@ def check_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> 
         )
 
 
+# --- walk-throughs: plugin files and the example plugin --------------------------------
+
+EXAMPLE = ROOT / "docs" / "plugin-example"
+
+
+def check_file(block: str, args: list[str], where: str) -> None:
+    assert len(args) == 1 and args[0].endswith(".py"), f"{where}: name the file: 'file PATH.py'"
+    compile(block, f"{where} ({args[0]})", "exec")
+
+
+def page_files(name: str) -> list[tuple[str, str]]:
+    """(path, text) of every ``file`` block of the page ``name``."""
+    return [(args[0], text) for page, _, kind, args, text in BLOCKS
+            if page == name and kind == "file"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def walkthrough_installed(site: Path, files: list[tuple[str, str]]) -> Iterator[None]:
+    """The example distribution laid out in ``site`` as pip installs it, and ``files``
+    written there, importable for the block (modules imported from there are forgotten
+    after it)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    shutil.copytree(EXAMPLE / "ssilbench_example", site / "ssilbench_example")
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir()
+    requires = "".join(f"Requires-Dist: {r}\n" for r in project.get("dependencies", []))
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                   f"Version: {project['version']}\n{requires}")  # fmt: skip
+    entries = project["entry-points"]["ssilbench"]
+    (info / "entry_points.txt").write_text(
+        "[ssilbench]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items())
+    )
+    for path, text in files:
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text + "\n")
+    sys.path.insert(0, str(site))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(site))
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(site)):
+                del sys.modules[name]
+
+
+def check_example_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> None:
+    page = where.split(":")[0]
+    with walkthrough_installed(tmp / "site", page_files(page)):
+        check_output(block, args, where, capsys, tmp)
+
+
 # --- the leaderboard ----------------------------------------------------------------------
 
 CELL = re.compile(r"^(\*\*)?(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\] \(n=2\)(\*\*)?$")
@@ -394,8 +462,10 @@ CHECKS = {
     "leaderboard": check_leaderboard,
     "errors": check_errors,
     "plugins": check_plugins,
+    "file": check_file,
+    "example-output": check_example_output,
 }
-NEEDS_CLI = {"output", "errors", "plugins"}
+NEEDS_CLI = {"output", "errors", "plugins", "example-output"}
 
 
 @pytest.mark.parametrize(
@@ -446,7 +516,11 @@ def test_the_checks_catch_a_wrong_example(capsys, tmp_path, monkeypatch):
     check_leaderboard(good, ["maze:10x10"], "x")
     with pytest.raises(AssertionError, match="the code gives"):  # a mean that is not the seeds'
         check_leaderboard(good.replace("0.750", "0.760"), ["maze:10x10"], "x")
+    with pytest.raises(SyntaxError):
+        check_file("def broken(:\n", ["reach_plugin/broken.py"], "x")
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError, match="expected"):  # the example is installed, listed
+        check_example_output("$ ssilbench list --json\n{}", [], "x.md:1", capsys, tmp_path)
     with pytest.raises(AssertionError, match="list says"):
         check_plugins("| plugin | methods |\n|---|---|\n| `baselines` | `bc` |", [], "x",
                       capsys, tmp_path)  # fmt: skip
