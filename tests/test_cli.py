@@ -83,7 +83,13 @@ def test_sweep_leaderboard_and_rerun(cli):
             io.StringIO(cli("leaderboard", "--export", "csv", "--results", str(cli.results)).stdout)
         )
     )
-    assert len(table) == 4 and {r["n"] for r in table} == {"2"}
+    cells = [r for r in table if r["kind"] == "task"]
+    assert len(cells) == 4 and {r["n"] for r in cells} == {"2"}
+    # ... and a row per plugin behind the numbers, with its release and code fingerprint
+    plugins = {r["method"]: r for r in table if r["kind"] == "plugin"}
+    assert set(plugins) == {"baselines", "maze"} and len(table) == 6
+    assert all(p["metric"].startswith("ssilbench ") and len(p["statistic"]) == 16
+               for p in plugins.values())  # fmt: skip
     scores = {r[4] for r in rows}
     assert all(0.0 <= s <= 1.0 for s in scores)
 

@@ -37,17 +37,14 @@ can produce (a long sweep, a GPU). The kinds:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shlex
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
 import pytest
+from docs_walkthroughs import walkthrough_installed
 
 from ssilbench.cli import cli
 from ssilbench.testing import cli_exit_code
@@ -252,8 +249,6 @@ def check_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> 
 
 # --- walk-throughs: plugin files and the example plugin --------------------------------
 
-EXAMPLE = ROOT / "docs" / "plugin-example"
-
 
 def check_file(block: str, args: list[str], where: str) -> None:
     assert len(args) == 1 and args[0].endswith(".py"), f"{where}: name the file: 'file PATH.py'"
@@ -264,40 +259,6 @@ def page_files(name: str) -> list[tuple[str, str]]:
     """(path, text) of every ``file`` block of the page ``name``."""
     return [(args[0], text) for page, _, kind, args, text in BLOCKS
             if page == name and kind == "file"]  # fmt: skip
-
-
-@contextlib.contextmanager
-def walkthrough_installed(site: Path, files: list[tuple[str, str]]) -> Iterator[None]:
-    """The example distribution laid out in ``site`` as pip installs it, and ``files``
-    written there, importable for the block (modules imported from there are forgotten
-    after it)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-
-    shutil.copytree(EXAMPLE / "ssilbench_example", site / "ssilbench_example")
-    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    info.mkdir()
-    requires = "".join(f"Requires-Dist: {r}\n" for r in project.get("dependencies", []))
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
-                                   f"Version: {project['version']}\n{requires}")  # fmt: skip
-    entries = project["entry-points"]["ssilbench"]
-    (info / "entry_points.txt").write_text(
-        "[ssilbench]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items())
-    )
-    for path, text in files:
-        (site / path).parent.mkdir(parents=True, exist_ok=True)
-        (site / path).write_text(text + "\n")
-    sys.path.insert(0, str(site))
-    try:
-        yield
-    finally:
-        sys.path.remove(str(site))
-        for name, module in list(sys.modules.items()):
-            if str(getattr(module, "__file__", None) or "").startswith(str(site)):
-                del sys.modules[name]
 
 
 def check_example_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> None:

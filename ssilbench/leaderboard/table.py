@@ -160,6 +160,14 @@ def plugin_sources(record: RunRecord) -> list[dict[str, str]]:
             for name, release in sorted(record.spec.plugins.items())]  # fmt: skip
 
 
+def plugins_behind(records: list[RunRecord], metric: str) -> list[dict[str, str]]:
+    """The plugins behind the numbers of ``records`` that have a value of ``metric``: each
+    distinct (plugin, release, code), sorted."""
+    found = {tuple(s.items()) for r in records if r.value(metric) is not None
+             for s in plugin_sources(r)}  # fmt: skip
+    return [dict(items) for items in sorted(found)]
+
+
 def plugin_text(source: dict[str, str]) -> str:
     """``maze (ssilbench 0.3.0, code 715e4debb8c724ee)``: a plugin behind a number."""
     code = f", code {source['code']}" if source.get("code") else ""
@@ -245,21 +253,17 @@ def build_table(
     compare: tuple[str, str] | None = None,
     latest: bool = False,
 ) -> Table:
-    """Aggregate finished run records (rows of the results store) into tables; with
-    ``compare`` (two method labels), the probability that the first beats the second.
-    Runs of one cell that differ in more than their seed are refused (:func:`check_pooling`)
-    unless ``latest`` keeps only the most recent kind of each cell."""
+    """Aggregate finished run records (rows of the results store) into tables; with ``compare``
+    (two method labels), the probability that the first beats the second. Runs of one cell that
+    differ in more than their seed are refused (:func:`check_pooling`) unless ``latest``."""
     records = _distinguish(list(records))
-    if latest:
-        records = latest_only(records)
+    records = latest_only(records) if latest else records
     check_pooling(records)
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
     seeds: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-    meta: dict[str, dict[str, Any]] = defaultdict(
-        lambda: {"normalisers": [], "reports": set(), "plugins": []}
-    )
+    meta: dict[str, dict[str, Any]] = defaultdict(lambda: {"normalisers": [], "reports": set()})
     sizes: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
     origins: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     by_group: dict[tuple[str, str, str], dict[str, list[tuple[int, float]]]] = defaultdict(
@@ -275,9 +279,6 @@ def build_table(
         values[env][method][budget].append(float(value))
         seeds[(env, method, budget)].append(record.seed)
         origins[(env, method, budget)].add(provenance(record))
-        for source in plugin_sources(record):
-            if source not in meta[env]["plugins"]:
-                meta[env]["plugins"].append(source)
         if record.n_labeled:
             sizes[env][budget].append(int(record.n_labeled))
         info = meta[env]
@@ -300,9 +301,7 @@ def build_table(
             methods=sorted(by_method),
             n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
             unit=meta[env].get("unit", "transitions"),
-            plugins=sorted(
-                meta[env]["plugins"], key=lambda p: (p["plugin"], p["release"], p["code"])
-            ),
+            plugins=plugins_behind([r for r in records if r.env_label == env], metric),
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
