@@ -77,13 +77,18 @@ def requirement_problem(dist: Any) -> str | None:
     """Why the installed ssilbench does not satisfy the requirement on ``ssilbench`` that
     the plugin's distribution ``dist`` (an ``importlib.metadata.Distribution``, or None)
     declares, or None."""
+    if dist is None:
+        return None
+    # Most distributions require no ssilbench (the built-ins are ssilbench): then nothing
+    # is parsed, and discovery imports no more than it did.
+    texts = [t for t in (dist.requires or []) if t.strip().lower().startswith("ssilbench")]
+    installed = _core_version() if texts else None
+    if installed is None:
+        return None
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
 
-    installed = _core_version()
-    if dist is None or installed is None:
-        return None
-    for text in dist.requires or []:
+    for text in texts:
         try:
             requirement = Requirement(text)
         except InvalidRequirement:

@@ -109,7 +109,7 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         if not self.spec_doc:  # frozen: the one field completed after construction
-            object.__setattr__(self, "spec_doc", self.spec.model_dump(mode="json"))
+            object.__setattr__(self, "spec_doc", self.spec.document())
 
     @classmethod
     def of(

@@ -213,17 +213,18 @@ class RunSpec(BaseModel):
     def _canonical_values(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         return check_json(value, str(info.field_name), bounded=False)
 
-    def _doc(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
-        """The spec as JSON data without ``exclude``; an empty ``code`` (a run of spec
-        version 4) is left out, as it was recorded."""
+    def document(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
+        """The spec as JSON data, as the store records it, without ``exclude``: a spec of a
+        version before 5 has no ``code`` (it is left out, so that its run id reads as
+        recorded)."""
         doc = self.model_dump(mode="json", exclude=set(exclude))
-        if not doc.get("code", True):
+        if self.version < 5 and not doc.get("code", True):
             del doc["code"]
         return doc
 
     def canonical_json(self) -> str:
         """The spec as JSON text, keys sorted: what :attr:`run_id` hashes."""
-        return _canonical(self._doc())
+        return _canonical(self.document())
 
     @property
     def run_id(self) -> str:
@@ -234,7 +235,7 @@ class RunSpec(BaseModel):
     def setup_id(self) -> str:
         """The run's identity before its dataset is opened: everything but ``data``. A dry
         run and ``status`` count a planned run as recorded by this key."""
-        return _digest(_canonical(self._doc({"data"})))
+        return _digest(_canonical(self.document({"data"})))
 
     @property
     def design_id(self) -> str:
@@ -243,7 +244,7 @@ class RunSpec(BaseModel):
         figure finds a sweep file's runs by this key, without opening a dataset, in stores
         and exports written by earlier releases too; where one design was run more than
         once, it draws the latest run (:func:`ssilbench.leaderboard.studies.study_runs`)."""
-        doc = self._doc({"data", "code", "version"})
+        doc = self.document({"data", "code", "version"})
         doc["plugins"] = sorted(doc["plugins"])
         return _digest(_canonical(doc))
 
@@ -251,7 +252,7 @@ class RunSpec(BaseModel):
     def cohort(self) -> str:
         """What the runs pooled into one leaderboard cell must share: everything but the
         seed (and the budget, which is the cell's column)."""
-        return _digest(_canonical(self._doc({"seed", "budget"})))
+        return _digest(_canonical(self.document({"seed", "budget"})))
 
     @property
     def prepared(self) -> bool:
