@@ -107,18 +107,20 @@ def requirement_problem(dist: Any) -> str | None:
 
 
 def hook_problem(module: ModuleType, hooks: list[str], marked: set[str]) -> str | None:
-    """Why the module's hook functions would not register what they seem to, or None:
-    a callable named like a hook (``ssilbench_...``) that is not one of ``hooks`` (the
-    closest is suggested), or a hook function not among ``marked`` (the names pluggy took
-    as hook implementations)."""
+    """Why the module's hook functions would not register what they seem to, or None: a
+    function marked as a hook implementation (``marked``: the names pluggy took) that is not
+    one of ``hooks``, or an unmarked one named like a registration hook
+    (``ssilbench_register_...``) that is none (the closest is suggested); or a hook function
+    that is not marked."""
     problems = []
     for name in sorted(vars(module)):
-        if not name.startswith(HOOK_PREFIX) or not callable(getattr(module, name)):
+        if not callable(getattr(module, name)):
             continue
-        if name not in hooks:
+        looks_like_one = name.startswith(f"{HOOK_PREFIX}register")
+        if name not in hooks and (name in marked or looks_like_one):
             suggestion = did_you_mean(name, hooks).strip() or f"The hooks are {', '.join(hooks)}."
             problems.append(f"'{name}' is not a hook of ssilbench. {suggestion}")
-        elif name not in marked:
+        elif name in hooks and name not in marked:
             problems.append(f"'{name}' is not marked with @ssilbench.api.hookimpl, so it "
                             "registers nothing")  # fmt: skip
     return "; ".join(problems) or None

@@ -85,9 +85,23 @@ def test_a_hook_without_hookimpl_is_listed_broken(plugin_dir, capsys):
     }
 
 
+def test_a_marked_function_of_an_unknown_hook_is_listed_broken(plugin_dir, capsys):
+    name = write(plugin_dir, "unknown_hook_plugin", """
+        from ssilbench.api import hookimpl
+
+        @hookimpl
+        def register_methods(registry):
+            registry.add("lost", "unknown_hook_plugin:Nothing", "never registered")
+    """)  # fmt: skip
+    errors = broken(capsys, "-p", name)
+    assert errors[name].startswith("'register_methods' is not a hook of ssilbench.")
+
+
 def test_a_correct_plugin_of_this_api_loads(plugin_dir, capsys):
+    # A helper of its own named like ssilbench's is no hook, and no problem.
     name = write(plugin_dir, "good_plugin", f"SSILBENCH_API = '{MAJOR}.0'\n"
-                 + REGISTERS.format(name="alias_mlp"))  # fmt: skip
+                 + REGISTERS.format(name="alias_mlp")
+                 + "\ndef ssilbench_version_of_data():\n    return 3\n")  # fmt: skip
     assert broken(capsys, "-p", name) == {}
     plugins = load_plugins([name])
     assert plugins.architectures.entries["alias_mlp"].origin.plugin == name
