@@ -35,6 +35,14 @@ PLUGIN = {
     "dynamics.py": """
         STEP = 1  # how far one 'right' moves: the evaluation's dynamics
     """,
+    "layers.py": """
+        import torch
+
+
+        class Doubled(torch.nn.Linear):
+            def forward(self, x):
+                return 2 * super().forward(x)
+    """,
     "env.py": """
         import numpy as np
         from pathlib import Path
@@ -151,16 +159,30 @@ def test_a_dataset_generated_by_other_code_is_refused_until_rebuilt(walkplug, tm
     assert rebuilt.data != spec.data and rebuilt.code != spec.code
 
 
-def test_stage_cache_keys_hold_the_runs_code(tmp_path):
-    net = torch.nn.Linear(2, 2)
+def test_stage_cache_keys_hold_the_code_that_computes_the_stage(walkplug, tmp_path):
+    _, package = walkplug
     rows = [torch.zeros(3, 2)]
     cpu = torch.device("cpu")
-    keys = {
-        code: StageCache(tmp_path, dict(code)).key("classifier", net, rows, {"lr": 0.1}, cpu)
-        for code in [(), (("walk", "a"),), (("walk", "b"),)]
-    }
-    assert len(set(keys.values())) == 3
-    assert keys[()] == StageCache(tmp_path).key("classifier", net, rows, {"lr": 0.1}, cpu)
+
+    def key(net, code=()):
+        return StageCache(tmp_path, dict(code)).key("classifier", net, rows, {"lr": 0.1}, cpu)
+
+    # The run's architecture plugins' code (what built the network) ...
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(2, 2)
+    keys = {key(plain, code) for code in [(), (("walk", "a"),), (("walk", "b"),)]}
+    assert len(keys) == 3
+    plain_key = key(plain)  # torch's own modules: no code of a plugin in the key
+    assert plain_key == StageCache(tmp_path).key("classifier", plain, rows, {"lr": 0.1}, cpu)
+    # ... and the packages that define the network's own modules (its forward pass).
+    from walkplug.layers import Doubled
+
+    torch.manual_seed(0)
+    doubled = Doubled(2, 2)
+    before = key(doubled)
+    assert before != key(plain)  # the same weights, another computation
+    edit_dynamics(package, 5)  # the plugin's files change, its layer class with them
+    assert key(doubled) != before and key(plain) == plain_key
 
 
 def test_a_working_tree_plugin_is_fingerprinted_from_its_files():
