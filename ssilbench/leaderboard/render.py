@@ -86,21 +86,6 @@ def _footnote(table: EnvTable) -> str:
     return "\n".join(lines)
 
 
-def plugins_sentence(table: EnvTable) -> str:
-    """The plugins behind a table's numbers, with their releases and code fingerprints."""
-    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
-
-
-def _plugin_rows(writer, table: Table) -> None:
-    """CSV rows of kind ``plugin``: per environment, each plugin behind its numbers
-    (``method``: the plugin, ``metric``: its distribution and version, ``statistic``: the
-    fingerprint of its code)."""
-    for t in table.tables:
-        for p in t.plugins:
-            writer.writerow(["plugin", t.env, p["plugin"], "", p["release"], p["code"],
-                             "", "", "", "", "", "", "", ""])  # fmt: skip
-
-
 def md_escape(text: str) -> str:
     """A name or label as literal Markdown table text: no cell break, tag, code or line."""
     for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"),
@@ -384,3 +369,18 @@ def write_replacing(target: Path, text: str, hint: str = "") -> Path:
             tmp.unlink(missing_ok=True)
         raise OutputError(f"{os_error_message(target, exc)} {hint}".rstrip()) from None
     return target
+
+
+def plugins_sentence(table: EnvTable) -> str:
+    """The plugins behind a table's numbers, with their releases and code fingerprints."""
+    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
+
+
+def _plugin_rows(writer, table: Table) -> None:
+    """CSV rows of kind ``plugin``: per environment, each plugin behind its numbers
+    (``method``: the plugin, ``metric``: its distribution and version, ``statistic``: the
+    fingerprint of its code)."""
+    for t in table.tables:
+        for p in t.plugins:
+            writer.writerow(["plugin", t.env, p["plugin"], "", p["release"], p["code"],
+                             "", "", "", "", "", "", "", ""])  # fmt: skip
