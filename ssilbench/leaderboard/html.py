@@ -16,9 +16,16 @@ from dataclasses import dataclass, field
 from html import escape
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.render import group_rows, interval_text, plugins_sentence
+from ssilbench.leaderboard.render import group_rows, interval_text
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
+from ssilbench.leaderboard.table import (
+    Cell,
+    EnvTable,
+    GroupTable,
+    SuiteTable,
+    Table,
+    plugins_sentence,
+)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
            "#e377c2", "#7f7f7f", "#bcbd22")  # fmt: skip

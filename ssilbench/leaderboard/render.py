@@ -18,7 +18,8 @@ from ssilbench.leaderboard.table import (
     GroupTable,
     SuiteTable,
     Table,
-    plugin_text,
+    plugin_rows,
+    plugins_sentence,
 )
 
 FORMATS = ("md", "csv", "json", "tex", "html")
@@ -230,7 +231,7 @@ def to_csv(table: Table) -> str:
                          s.runs[method][budget], "", "", "" if auc is None else f"{auc:.6g}",
                          ""]
                     )  # fmt: skip
-    _plugin_rows(writer, table)
+    writer.writerows(plugin_rows(table))
     return out.getvalue()
 
 
@@ -369,18 +370,3 @@ def write_replacing(target: Path, text: str, hint: str = "") -> Path:
             tmp.unlink(missing_ok=True)
         raise OutputError(f"{os_error_message(target, exc)} {hint}".rstrip()) from None
     return target
-
-
-def plugins_sentence(table: EnvTable) -> str:
-    """The plugins behind a table's numbers, with their releases and code fingerprints."""
-    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
-
-
-def _plugin_rows(writer, table: Table) -> None:
-    """CSV rows of kind ``plugin``: per environment, each plugin behind its numbers
-    (``method``: the plugin, ``metric``: its distribution and version, ``statistic``: the
-    fingerprint of its code)."""
-    for t in table.tables:
-        for p in t.plugins:
-            writer.writerow(["plugin", t.env, p["plugin"], "", p["release"], p["code"],
-                             "", "", "", "", "", "", "", ""])  # fmt: skip

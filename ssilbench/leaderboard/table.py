@@ -174,6 +174,19 @@ def plugin_text(source: dict[str, str]) -> str:
     return f"{source['plugin']} ({source['release']}{code})"
 
 
+def plugins_sentence(table: EnvTable) -> str:
+    """The plugins behind a table's numbers, with their releases and code fingerprints."""
+    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
+
+
+def plugin_rows(table: Table) -> list[list[str]]:
+    """The CSV export's rows of kind ``plugin``: per environment, each plugin behind its
+    numbers (``method``: the plugin, ``metric``: its distribution and version,
+    ``statistic``: the fingerprint of its code), in the export's 14 columns."""
+    return [["plugin", t.env, p["plugin"], "", p["release"], p["code"], *[""] * 8]
+            for t in table.tables for p in t.plugins]  # fmt: skip
+
+
 def _settings(record: RunRecord) -> str:
     parts = [f"steps={record.spec.steps}"]
     if record.spec.stop_early is True:
