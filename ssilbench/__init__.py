@@ -1,3 +1,3 @@
 """ssilbench: a plugin-based benchmark suite for semi-supervised imitation learning."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

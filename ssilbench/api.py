@@ -13,10 +13,8 @@ first use, so ``import ssilbench.api`` stays light; the tools that work with the
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
@@ -24,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 import pluggy
 from pydantic import BaseModel
 
+from ssilbench.context import RunContext, stream_seed
 from ssilbench.env_spec import (
     ChunkedControlOptions,
     EnvSpec,
@@ -53,7 +52,16 @@ if TYPE_CHECKING:
     from ssilbench.train.loop import StoppingRule
     from ssilbench.train.schedule import WarmupLinear
 
+API_VERSION = "1.2"
+"""The version of this contract (``ssilbench.api``, ``ssilbench.kit`` and the modules they
+document): MAJOR.MINOR, where a new minor version only adds, and a new major version may
+remove what earlier minor versions deprecated. A plugin module declares the version it was
+written against as ``SSILBENCH_API = "1.2"``; one written for another major version, or a
+later minor one, is refused when it loads. 1.0: ssilbench 0.1.0; 1.1: 0.2.0; 1.2: 0.3.0
+(``CHANGELOG.md``)."""
+
 __all__ = [
+    "API_VERSION",
     "ARCHITECTURE",
     "Architecture",
     "ArchitectureName",
@@ -364,9 +372,24 @@ class Architecture(ABC):
     """True for a multi-role network (``ssilbench.kit.UnifiedArchitecture``): one model that
     the methods train as a policy, an IDM or a video model instead of building a classifier."""
 
+    min_image_size: ClassVar[tuple[int, int]] = (1, 1)
+    """The smallest (height, width) of image observations (channels first) its networks
+    take: :meth:`input_problem` refuses smaller ones before any run starts."""
+
     @abstractmethod
     def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:
         """A fresh module; inputs are float tensors of shape (batch, *in_shape)."""
+
+    def input_problem(self, obs_shape: tuple[int, ...]) -> str | None:
+        """Why networks of this architecture cannot take observations of ``obs_shape`` (one
+        stored frame), or None. The planner asks before any run starts, so a mismatch is
+        one message and exit code 2; the default refuses images smaller than
+        :attr:`min_image_size`. Override it for other rules."""
+        low_h, low_w = self.min_image_size
+        if len(obs_shape) == 3 and (obs_shape[1] < low_h or obs_shape[2] < low_w):
+            return (f"needs images of at least {low_h}x{low_w} pixels, and the observations "
+                    f"are {obs_shape[1]}x{obs_shape[2]}")  # fmt: skip
+        return None
 
     def batch_size(self, n: int) -> int:
         """The paper's batch-size rule for a dataset of ``n`` items (full batch by default)."""
@@ -421,84 +444,6 @@ class Method(ABC):
     def fit_many(self, ctxs: list[RunContext]) -> list[Policy]:
         """Fit several runs; the default fits them one after the other."""
         return [self.fit(ctx) for ctx in ctxs]
-
-
-def stream_seed(seed: int, name: str) -> int:
-    """The seed of the random stream ``name`` of a run seeded ``seed``.
-
-    The first eight bytes of ``sha256(f"{seed}:{name}")``, read big-endian, shifted right by
-    one bit: an integer in [0, 2**63) that is the same in every process, on every machine and
-    Python version (unlike ``hash()``), and unrelated between names, so adding a stream never
-    moves another.
-    """
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-@dataclass
-class RunContext:
-    """Everything a method may use, and nothing else.
-
-    ``unlabeled`` has no actions at all, so no method can leak labels from D_U.
-    """
-
-    config: BaseModel
-    """The validated instance of the method's ``Config``."""
-    spec: EnvSpec
-    labeled: LabeledView
-    unlabeled: UnlabeledView
-    video_model: VideoModel | None
-    device: torch.device
-    seed: int
-    plan: StagePlan
-    architectures: Callable[[str], Architecture]
-    evaluate: Callable[[Policy], float]
-    stopping: StoppingRule | None = None
-    """The rule that may end a stage once training has converged (``--stop-early``), or None."""
-    log: Callable[[str], None] = print
-    metrics: Callable[[str, float, int | None], None] | None = None
-    """Where :meth:`log_metric` records (set by the runner; None: nowhere)."""
-
-    def log_metric(self, name: str, value: float, step: int | None = None) -> None:
-        """Record a diagnostic of the run (e.g. the fraction of pseudo-labels kept) as a
-        point of the curve ``name`` of the stage open now, at ``step`` (default: the run's
-        global step). Curves are kept in the results store, thinned to at most 1,000 points
-        each, drawn by ``ssilbench curves`` and sent to the enabled loggers. ``value`` is
-        converted with ``float()`` (a tensor's device syncs): call it at most every few
-        hundred steps, not every step. Recording never changes the run's result."""
-        if self.metrics is not None:
-            self.metrics(name, float(value), step)
-
-    def architecture(self, name: str | None) -> Architecture:
-        """The named architecture, or the environment's default when ``name`` is None."""
-        return self.architectures(name or self.spec.default_arch)
-
-    @contextmanager
-    def seeded(self) -> Iterator[None]:
-        """Torch's global generator seeded from the run seed for the block (and restored
-        after it): networks built inside start from the same weights whether runs are fitted
-        one by one or stacked together."""
-        import torch
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            yield
-
-    def stream_seed(self, name: str) -> int:
-        """The seed of the run's random stream ``name`` (:func:`stream_seed`), for helpers
-        that take an integer ``seed=`` (minibatch order, sampling)."""
-        return stream_seed(self.seed, name)
-
-    def generator(self, name: str) -> torch.Generator:
-        """A CPU torch generator for the run's random stream ``name``, seeded with
-        :meth:`stream_seed`. Name a stream after what it drives (``"policy"``, ``"idm"``):
-        two methods that train the same stage on the same data should use the same name,
-        so that the stage cache recognises the computation as one."""
-        import torch
-
-        g = torch.Generator(device="cpu")
-        g.manual_seed(self.stream_seed(name))
-        return g
 
 
 def provides(obj: Task | Environment, method: str) -> bool:

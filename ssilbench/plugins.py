@@ -22,7 +22,7 @@ from typing import Any
 
 import pluggy
 
-from ssilbench import hookspecs
+from ssilbench import hookspecs, plugin_checks
 from ssilbench.errors import PluginError, UsageError
 from ssilbench.registry import BoundRegistry, BrokenPlugin, Origin, Registry
 
@@ -58,6 +58,20 @@ class Plugins:
     loaded: list[Origin] = field(default_factory=list)
     broken: list[BrokenPlugin] = field(default_factory=list)
     loggers: Registry[Any] = field(default_factory=lambda: _loggers())
+    blocked: list[tuple[str, EntryPoint | str]] = field(default_factory=list)
+    """The plugins ``-p no:NAME`` kept from loading: (name, entry point or module)."""
+    _blocked_names: dict[tuple[str, str], str] | None = field(default=None, repr=False)
+
+    def blocked_provider(self) -> dict[tuple[str, str], str]:
+        """(kind, name) -> the blocked plugin that registers it. The blocked plugins'
+        registrations are read on first use only, that is when a name is asked for and
+        not found, so that the message can say which ``-p no:NAME`` hides it."""
+        if self._blocked_names is None:
+            self._blocked_names = {}
+            for plugin, source in self.blocked:
+                for kind, name in _registrations(plugin, source):
+                    self._blocked_names.setdefault((kind, name), plugin)
+        return self._blocked_names
 
     def registries(self) -> dict[str, Registry[Any]]:
         return {
@@ -118,6 +132,7 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
 
     for name, source in candidates:
         if name in blocked:
+            plugins.blocked.append((name, source))
             continue
         origin = _origin(name, source)
         try:
@@ -135,17 +150,64 @@ def load_plugins(flags: Sequence[str] = ()) -> Plugins:
             continue
         try:
             origin = _with_revision(origin, module)
-            _register(pm, module, origin, plugins)
+            problem = _contract_problem(pm, module, source)
+            if problem is None:
+                _register(pm, module, origin, plugins)
         except PluginError:
             raise
         except Exception as exc:
-            plugins.broken.append(BrokenPlugin(origin, f"{type(exc).__name__}: {exc}"))
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is not None:
+            pm.unregister(module)
+            plugins.broken.append(BrokenPlugin(origin, problem))
             continue
         plugins.loaded.append(origin)
 
     for registry in plugins.hooked().values():
         registry.broken = plugins.broken
+        registry.blocked = plugins.blocked_provider
     return plugins
+
+
+def _contract_problem(pm: pluggy.PluginManager, module: ModuleType, source: Any) -> str | None:
+    """Why a registered plugin module cannot be used (:mod:`ssilbench.plugin_checks`): the
+    API version it needs, its distribution's requirement on ssilbench, its hooks."""
+    from ssilbench.api import API_VERSION
+
+    marked = {caller.name for caller in pm.get_hookcallers(module) or []}
+    return (
+        plugin_checks.api_problem(module, API_VERSION)
+        or plugin_checks.requirement_problem(getattr(source, "dist", None))
+        or plugin_checks.hook_problem(module, list(_HOOKS.values()), marked)
+    )
+
+
+def _registrations(plugin: str, source: EntryPoint | str) -> list[tuple[str, str]]:
+    """The (kind, name) pairs a plugin registers, or none where it does not load."""
+    found: list[tuple[str, str]] = []
+    try:
+        module = importlib.import_module(source) if isinstance(source, str) else source.load()
+        pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+        pm.add_hookspecs(hookspecs)
+        pm.register(module, name=plugin)
+        for key, hook_name in _HOOKS.items():
+            kind = key.removesuffix("s")
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                impl.function(registry=_Collector(kind, found))
+    except Exception:  # noqa: BLE001 - a blocked plugin that does not load hides nothing
+        return []
+    return found
+
+
+class _Collector(BoundRegistry):
+    """Collects the names a blocked plugin registers."""
+
+    def __init__(self, kind: str, found: list[tuple[str, str]]) -> None:
+        self._kind = kind
+        self._found = found
+
+    def add(self, name: str, target: str, description: str = "") -> None:
+        self._found.append((self._kind, name))
 
 
 def _loggers() -> Registry[Any]:
@@ -171,9 +233,10 @@ def _import(module: str) -> ModuleType:
 
 
 def _origin(name: str, source: EntryPoint | str) -> Origin:
+    module = source if isinstance(source, str) else source.value.partition(":")[0].strip()
     if not isinstance(source, str) and source.dist is not None:
-        return Origin(name, source.dist.metadata["Name"], source.dist.version)
-    return Origin(name)
+        return Origin(name, source.dist.metadata["Name"], source.dist.version, module=module)
+    return Origin(name, module=module)
 
 
 def _with_revision(origin: Origin, module: ModuleType) -> Origin:

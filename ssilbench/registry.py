@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from ssilbench.errors import PluginError, UsageError, unknown
+from ssilbench.errors import PluginError, UnknownNameError, UsageError, unknown
 
 T = TypeVar("T")
 
@@ -36,6 +37,9 @@ class Origin:
     revision: int | None = None
     """The plugin module's ``RESULTS_REVISION``: bumped by a plugin whose results change
     within one release of its distribution (the built-in plugins share one distribution)."""
+    module: str | None = None
+    """The plugin module (an entry point's module, or the module path given with ``-p``):
+    its import package is the plugin's code (:mod:`ssilbench.fingerprint`)."""
 
     @property
     def release(self) -> str:
@@ -76,6 +80,9 @@ class Registry(Generic[T]):
     base: type
     entries: dict[str, Entry] = field(default_factory=dict)
     broken: list[BrokenPlugin] = field(default_factory=list)
+    blocked: Callable[[], dict[tuple[str, str], str]] | None = None
+    """(kind, name) -> the plugin ``-p no:NAME`` blocked that registers it (read on first
+    use: :meth:`ssilbench.plugins.Plugins.blocked_provider`)."""
     _loaded: dict[str, Any] = field(default_factory=dict)
 
     def add(self, name: str, target: str, description: str, origin: Origin) -> None:
@@ -106,6 +113,12 @@ class Registry(Generic[T]):
 
     def entry(self, name: str) -> Entry:
         if name not in self.entries:
+            plugin = self.blocked().get((self.kind, name)) if self.blocked else None
+            if plugin is not None:
+                raise UnknownNameError(
+                    f"Unknown {self.kind} '{name}': it is registered by plugin '{plugin}', "
+                    f"which is blocked by -p no:{plugin} (drop that flag to use it)."
+                )
             hint = ""
             if self.broken:
                 hint = (

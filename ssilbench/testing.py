@@ -1,9 +1,23 @@
 """What a plugin's tests use: conformance checks, and the harness that runs and scores.
 
-Conformance checks every environment plugin must pass (the core's test suite runs them on
-every registered environment; plugin authors run them in their own tests): ``check_task``
-verifies that a task's spec, vector environment and dataset agree with each other and that
-rollouts are seed-deterministic, the property every comparison relies on.
+Conformance checks every plugin must pass (the core's test suite runs them on every
+registered environment and method; plugin authors run them in their own tests), each
+raising :class:`ConformanceError` naming what is wrong:
+
+- ``check_task(task, root)``: a task's spec, vector environment and dataset agree with each
+  other and rollouts are seed-deterministic, the property every comparison relies on
+  (``check_vector_env`` and ``check_dataset`` are its two halves);
+- ``check_method(method, task, root, config=None, steps=12, budget="8")``: the method's
+  stages add up to the budget and are spent, the same seed gives the same policy, a
+  stacked fit equals lone fits where the method stacks, and ``act`` returns valid actions
+  (``ssilbench.method_checks``);
+- ``check_stages(stages, total, method)``: step parity of a list of stages alone;
+- ``check_stacked_paths(...)``: an architecture's stacked fast path against the plain one.
+
+A test obtains what it checks from the installed plugins by name:
+``plugins = load_plugins()``, ``task = plugins.environments.create("maze").load("10x10")``
+(with options: ``env.load("10x10", env.Options(state="image"))``) and
+``method = plugins.methods.create("bc")``.
 
 The harness, for tests that drive a plugin the way a sweep does (each name is imported from
 the core module that defines it on first access, so this module stays light):
@@ -58,6 +72,7 @@ if TYPE_CHECKING:
     from ssilbench.data.split import split
     from ssilbench.eval.diagnostics import TestSetScorer
     from ssilbench.eval.rollout import Evaluator, rollout_returns, run_episodes
+    from ssilbench.method_checks import check_method
     from ssilbench.plugins import load_plugins
     from ssilbench.runner.plan import build_plan
     from ssilbench.runner.spec import Sweep
@@ -77,6 +92,7 @@ __all__ = [
     "TestSetScorer",
     "build_plan",
     "check_dataset",
+    "check_method",
     "check_stacked_paths",
     "check_stages",
     "check_task",
@@ -105,6 +121,7 @@ _HARNESS = {
     "execute_many": "ssilbench.runner.worker",
     "RunStorage": "ssilbench.runner.worker",
     "check_stages": "ssilbench.train.budget",
+    "check_method": "ssilbench.method_checks",
     "split": "ssilbench.data.split",
     "StageCache": "ssilbench.train.memo",
     "rollout_returns": "ssilbench.eval.rollout",

@@ -83,7 +83,13 @@ def test_sweep_leaderboard_and_rerun(cli):
             io.StringIO(cli("leaderboard", "--export", "csv", "--results", str(cli.results)).stdout)
         )
     )
-    assert len(table) == 4 and {r["n"] for r in table} == {"2"}
+    cells = [r for r in table if r["kind"] == "task"]
+    assert len(cells) == 4 and {r["n"] for r in cells} == {"2"}
+    # ... and a row per plugin behind the numbers, with its release and code fingerprint
+    plugins = {r["method"]: r for r in table if r["kind"] == "plugin"}
+    assert set(plugins) == {"baselines", "maze"} and len(table) == 6
+    assert all(p["metric"].startswith("ssilbench ") and len(p["statistic"]) == 16
+               for p in plugins.values())  # fmt: skip
     scores = {r[4] for r in rows}
     assert all(0.0 <= s <= 1.0 for s in scores)
 
@@ -254,7 +260,7 @@ def _recorded(cli):
 BAD_INPUTS = {
     "unknown method": (["--method", "vm_idn"], "Did you mean 'vm_idm'"),
     "unknown family": (["--env", "mzae:10x10"], "Did you mean 'maze'"),
-    "unknown task": (["--env", "maze:11x11"], "Unknown task of 'maze' '11x11'"),
+    "unknown task": (["--env", "maze:11x11"], "Unknown maze task '11x11'"),
     "malformed env id": (["--env", "maze:"], "Malformed environment id"),
     "empty budgets": (["--budgets", ","], "budget list is empty"),
     "malformed budget": (["--budgets", "16,abc"], "'abc' is not a positive count"),

@@ -1,4 +1,5 @@
-"""The examples of docs/guide.md and README.md are checked against what the code does.
+"""The examples of docs/guide.md, docs/plugin-authors.md and README.md are checked against
+what the code does.
 
 A block is checked when the line before it (blank lines aside) is a marker
 ``<!-- checked: KIND ARGS -->``; the block is the fenced code block or the Markdown table that
@@ -26,6 +27,12 @@ can produce (a long sweep, a GPU). The kinds:
 - ``plugins``: a table of plugin, methods, environments and architectures: exactly what
   ``ssilbench list --json`` reports; and ``ssilbench list`` prints its sections in the order
   of the table's columns.
+- ``file PATH``: a Python block that is the file PATH of a plugin a walk-through builds; it
+  must compile, and the ``example-output`` blocks of its page run with it.
+- ``example-output``: ``output``, with the example plugin of ``docs/plugin-example``
+  installed (its package and a ``.dist-info`` made from its ``pyproject.toml``, as pip lays
+  them out) and the page's ``file`` blocks importable: a walk-through's commands run (in a
+  temporary folder: give them ``--data-root``) and print what the page shows.
 """
 
 from __future__ import annotations
@@ -37,15 +44,17 @@ from pathlib import Path
 
 import click
 import pytest
+from docs_walkthroughs import walkthrough_installed
 
 from ssilbench.cli import cli
 from ssilbench.testing import cli_exit_code
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "docs" / "guide.md", ROOT / "README.md"]
+DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md"]
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.
-REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins"}
+REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins",
+            "file", "example-output"}  # fmt: skip
 
 
 def marked_blocks() -> list[tuple[str, int, str, list[str], str]]:
@@ -238,6 +247,26 @@ def check_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> 
         )
 
 
+# --- walk-throughs: plugin files and the example plugin --------------------------------
+
+
+def check_file(block: str, args: list[str], where: str) -> None:
+    assert len(args) == 1 and args[0].endswith(".py"), f"{where}: name the file: 'file PATH.py'"
+    compile(block, f"{where} ({args[0]})", "exec")
+
+
+def page_files(name: str) -> list[tuple[str, str]]:
+    """(path, text) of every ``file`` block of the page ``name``."""
+    return [(args[0], text) for page, _, kind, args, text in BLOCKS
+            if page == name and kind == "file"]  # fmt: skip
+
+
+def check_example_output(block: str, args: list[str], where: str, capsys, tmp: Path) -> None:
+    page = where.split(":")[0]
+    with walkthrough_installed(tmp / "site", page_files(page)):
+        check_output(block, args, where, capsys, tmp)
+
+
 # --- the leaderboard ----------------------------------------------------------------------
 
 CELL = re.compile(r"^(\*\*)?(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\] \(n=2\)(\*\*)?$")
@@ -394,8 +423,10 @@ CHECKS = {
     "leaderboard": check_leaderboard,
     "errors": check_errors,
     "plugins": check_plugins,
+    "file": check_file,
+    "example-output": check_example_output,
 }
-NEEDS_CLI = {"output", "errors", "plugins"}
+NEEDS_CLI = {"output", "errors", "plugins", "example-output"}
 
 
 @pytest.mark.parametrize(
@@ -446,7 +477,11 @@ def test_the_checks_catch_a_wrong_example(capsys, tmp_path, monkeypatch):
     check_leaderboard(good, ["maze:10x10"], "x")
     with pytest.raises(AssertionError, match="the code gives"):  # a mean that is not the seeds'
         check_leaderboard(good.replace("0.750", "0.760"), ["maze:10x10"], "x")
+    with pytest.raises(SyntaxError):
+        check_file("def broken(:\n", ["reach_plugin/broken.py"], "x")
     monkeypatch.chdir(tmp_path)
+    with pytest.raises(AssertionError, match="expected"):  # the example is installed, listed
+        check_example_output("$ ssilbench list --json\n{}", [], "x.md:1", capsys, tmp_path)
     with pytest.raises(AssertionError, match="list says"):
         check_plugins("| plugin | methods |\n|---|---|\n| `baselines` | `bc` |", [], "x",
                       capsys, tmp_path)  # fmt: skip

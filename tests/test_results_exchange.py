@@ -38,16 +38,31 @@ def test_export_then_merge_reproduces_the_store_and_its_leaderboard(cli, exporte
     assert len(rows(other)) == 4
 
 
-def test_a_conflicting_copy_is_reported_and_the_stores_copy_kept(cli, exported):
+def test_a_conflict_exits_1_keeps_the_stores_copy_and_says_how_to_choose(cli, exported):
     lines = exported.read_text().splitlines()
     run = json.loads(lines[1])
     run["score"] = -1.0
     edited = cli.tmp / "edited.jsonl"
     edited.write_text("\n".join([lines[0], json.dumps(run)]) + "\n")
     out = cli("results", "merge", str(edited), "--results", str(cli.results))
-    assert out.returncode == 0 and "1 conflict(s)" in out.stderr
+    assert out.returncode == 1 and "1 conflict(s)" in out.stderr
     assert f"run {run['run_id'][:12]}" in out.stderr and "-1.0 in" in out.stderr
+    assert "--prefer store" in out.stderr and "--prefer incoming" in out.stderr
+    assert "Traceback" not in out.stderr
     assert -1.0 not in [score for _, _, score, _ in rows(cli.results)]
+
+    # Choosing the store's copies: the same outcome, and the choice is made (exit 0).
+    kept = cli("results", "merge", str(edited), "--results", str(cli.results), "--prefer", "store")
+    assert kept.returncode == 0 and "1 conflict(s)" in kept.stderr, kept.stderr
+    assert -1.0 not in [score for _, _, score, _ in rows(cli.results)]
+
+    # Choosing the file's copies replaces the store's, and that run only.
+    before = {i: score for i, _, score, _ in rows(cli.results)}
+    taken = cli("results", "merge", str(edited), "--results", str(cli.results),
+                "--prefer", "incoming")  # fmt: skip
+    assert taken.returncode == 0, taken.stderr
+    after = {i: score for i, _, score, _ in rows(cli.results)}
+    assert after == {**before, run["run_id"]: -1.0}
 
 
 def test_a_finished_copy_replaces_a_failed_one(cli, exported):

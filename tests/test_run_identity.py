@@ -98,7 +98,9 @@ def test_eval_protocol_data_and_plugin_version_each_make_a_new_run(plugins, tmp_
     [other_version] = build_plan(plugins, tiny(), tmp_path).runs
     monkeypatch.undo()
     assert other_version.plugins["maze"] == "ssilbench-maze 9.9"
-    assert other_version.run_id != base.run_id
+    assert other_version.run_id != base.run_id and other_version.setup_id != base.setup_id
+    # ... the same design: reports still find the runs an earlier release recorded.
+    assert other_version.design_id == base.design_id
 
     # The same release, with a results revision (a built-in plugin whose results changed).
     monkeypatch.setitem(plugins.environments.entries, "maze", type(entry)(
@@ -107,7 +109,8 @@ def test_eval_protocol_data_and_plugin_version_each_make_a_new_run(plugins, tmp_
     [revised] = build_plan(plugins, tiny(), tmp_path).runs
     monkeypatch.undo()
     assert revised.plugins["maze"] == base.plugins["maze"] + " results r2"
-    assert revised.run_id != base.run_id and revised.design_id != base.design_id
+    assert revised.run_id != base.run_id and revised.setup_id != base.setup_id
+    assert revised.design_id == base.design_id
 
     # The dataset is generated again by another generator version.
     dataset = build_plan(plugins, tiny(), tmp_path).tasks[SweepPlan.task_key(base)].dataset

@@ -97,7 +97,7 @@ def test_invalid_files_name_the_file_and_the_key(tmp_path, edit, expected):
     ("edit", "expected"),
     [
         (('"vm_idm"]', '"vm_idn"]'), "Did you mean 'vm_idm'"),
-        (('envs = ["maze:10x10"]', 'envs = ["maze:10x11"]'), "Unknown task"),
+        (('envs = ["maze:10x10"]', 'envs = ["maze:10x11"]'), "Unknown maze task"),
         (('data = "states"', 'dat = "states"'), "Did you mean 'data'"),
         (('arch = "mlp5"', 'arch = "cnn1"'), "takes image inputs"),
     ],

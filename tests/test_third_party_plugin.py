@@ -83,7 +83,7 @@ def test_list_shows_the_example_with_its_distribution(site):
         entry = found[key]
         assert entry["plugin"] == "example"
         assert entry["distribution"] == "ssilbench-example"
-        assert entry["version"] == "0.1.0"
+        assert entry["version"] == "0.2.0"
     # The built-ins are still there next to it.
     assert ("method", "bc") in found and ("environment", "maze") in found
 

@@ -63,6 +63,7 @@ class MLP5(_DenseDefaults):
 class CNN1(Architecture):
     description = "conv3x3 (no padding) to `out` channels, global max-pool"
     input_kinds = ("image",)
+    min_image_size = (3, 3)  # one unpadded 3x3 convolution
     lr = 1e-4
 
     def build(self, in_shape: tuple[int, ...], out: int) -> nn.Module:
@@ -75,6 +76,7 @@ class CNN1(Architecture):
 class CNN5(Architecture):
     description = "3 x (conv3x3-128 pad 1, ReLU, maxpool 2), FC 128, FC 128, linear"
     input_kinds = ("image",)
+    min_image_size = (8, 8)  # three 2x2 max-pools
     lr = 1e-4
     channels = 128
 

@@ -33,3 +33,8 @@ def ssilbench_register_architectures(registry):
         "impala_small", "ssilbench_baselines.impala:ImpalaSmall", "IMPALA-CNN x1 (CPU-sized)."
     )
     registry.add("impala_bf16", "ssilbench_baselines.impala:ImpalaBF16", "impala in bf16 on CUDA.")
+    registry.add(
+        "continuous",
+        "ssilbench_baselines.continuous:ContinuousHead",
+        "Continuous actions: MLP or small CNN, tanh outputs in [-1, 1].",
+    )

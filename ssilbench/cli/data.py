@@ -36,6 +36,8 @@ def _describe(store) -> str:
 @click.pass_obj
 def data_build(state: State, env_ids: str, options, data_root: str, rebuild: bool) -> None:
     """Build (or verify) the datasets of ENV_IDS, e.g. maze:all."""
+    from ssilbench.data.datasets import task_dataset
+
     values = parse_options(options)
     root = Path(data_root).expanduser()
     for family, task_name in expand_envs(state.plugins, comma_list(env_ids, "environment",
@@ -44,7 +46,7 @@ def data_build(state: State, env_ids: str, options, data_root: str, rebuild: boo
         task = environment.load(task_name, environment_options(environment, family, values))
         if rebuild:
             remove_dataset(task, root)
-        store = task.dataset(root)
+        store = task_dataset(task, root)
         click.echo(f"{family}:{task_name}: {_describe(store)} at {store.root}")
 
 

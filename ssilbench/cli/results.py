@@ -46,18 +46,27 @@ def results_export(results: str, out: str, everything: bool, curves: bool) -> No
 @results.command("merge")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @results_option
-def results_merge(files: tuple[str, ...], results: str) -> None:
+@click.option(
+    "--prefer",
+    type=click.Choice(["store", "incoming"]),
+    default=None,
+    help="Which copy of a run to keep where finished copies disagree (a conflict): the "
+    "store's (the default), or the files' (a later file's over an earlier one's). Without "
+    "it, a conflict makes the command exit with status 1.",
+)
+def results_merge(files: tuple[str, ...], results: str, prefer: str | None) -> None:
     """Merge exported FILES into the store: new runs are added, a run already there is kept
-    once, and finished copies that disagree are reported (the store's copy stays). Every
-    line of every file is checked before anything is written; then all files go in at once.
-    Unfinished runs (running, interrupted) are recorded as interrupted: a later sweep runs
-    them."""
+    once, and finished copies that disagree are reported as conflicts (the store's copy
+    stays unless --prefer incoming). Every line of every file is checked before anything
+    is written; then all files go in at once. Unfinished runs (running, interrupted) are
+    recorded as interrupted: a later sweep runs them. Exit status 1 when conflicts were
+    found and no --prefer chose between the copies; the merge is written either way."""
     from ssilbench.runner.exchange import merge_files, read_export
     from ssilbench.runner.results_db import ResultsStore, ensure_writable
 
     batches = [(f, read_export(Path(f))) for f in files]  # every file checked before writing
     with ResultsStore(ensure_writable(Path(results))) as store:
-        summaries = merge_files(store, batches)
+        summaries = merge_files(store, batches, prefer or "store")
     for (name, _), r in zip(batches, summaries, strict=True):
         click.echo(
             f"{name}: {r.added} added, {r.replaced} replaced an unfinished copy, "
@@ -69,3 +78,13 @@ def results_merge(files: tuple[str, ...], results: str) -> None:
         )  # fmt: skip
         for text in r.conflicts:
             click.echo(f"  conflict: {text}", err=True)
+    conflicts = sum(len(r.conflicts) for r in summaries)
+    if conflicts and prefer is None:
+        click.echo(
+            f"{conflicts} conflict(s): finished copies of one run disagree, and the "
+            "store's copies were kept. Look at both (the run ids above), then merge again "
+            "with --prefer store to keep them, or --prefer incoming to take the files' "
+            "copies.",
+            err=True,
+        )
+        raise SystemExit(1)

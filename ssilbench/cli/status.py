@@ -35,16 +35,17 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
     from ssilbench.runner.results_db import ResultsStore
     from ssilbench.train.checkpoint import CHECKPOINTS
 
-    # The sweep file's runs by design id: found without opening a dataset.
+    # The sweep file's runs by setup id (all but the data): found without opening a
+    # dataset, and only those a sweep of the file would skip.
     planned: set[str] | None = None
     if sweep_file is not None:
-        from ssilbench.runner.sweepfile import load_blocks, panel_titles
+        from ssilbench.runner.sweepfile import load_blocks, planned_setups
 
-        planned = set(panel_titles(state.plugins, load_blocks(Path(sweep_file), blocks), quick))
+        planned = planned_setups(state.plugins, load_blocks(Path(sweep_file), blocks), quick)
     elif quick or blocks is not None:
         raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
     with ResultsStore.open_read_only(Path(results)) as store:
-        rows = [r for r in store.rows(None) if planned is None or r.design_id in planned]
+        rows = [r for r in store.rows(None) if planned is None or r.spec.setup_id in planned]
     for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS):
         click.echo(line)
 
@@ -52,7 +53,7 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
 def progress_lines(
     rows: list[RunRecord], planned: set[str] | None, now: float, checkpoints: Path | None = None
 ) -> list[str]:
-    """The status report of the store's ``rows`` (those of the ``planned`` design ids when
+    """The status report of the store's ``rows`` (those of the ``planned`` setup ids when
     given): counts, the groups running now and the interrupted ones that saved checkpoints
     (with the steps of their last checkpoints in the folder ``checkpoints``: where a next
     sweep goes on from), and the time left at the last hour's rate."""

@@ -20,6 +20,7 @@ from ssilbench.data.datasets import (
     extra_array_name,
     refuse_writes,
     sha256_file,
+    with_producer_code,
     write_failed,
 )
 
@@ -102,7 +103,7 @@ class TransitionStoreWriter:
     ) -> None:
         self.root = Path(root)
         refuse_writes(self.root)
-        self.producer = producer
+        self.producer = with_producer_code(producer)
         self.metadata = metadata or {}
         self.partial = partial_path(self.root)
         self._arrays: dict[str, AppendedArray] = {}

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ssilbench.train.batched import fit_classifiers
     from ssilbench.train.budget import StageBudget, StagePlan
     from ssilbench.train.checkpoint import save_atomic
+    from ssilbench.train.continuous import ContinuousPolicy, action_bounds, unit_actions
     from ssilbench.train.loop import StoppingRule, optimise
     from ssilbench.train.memo import FitSettings, reuse_or_train
     from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
@@ -98,6 +99,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "ssilbench.train.batched": ("fit_classifiers",),
     "ssilbench.train.memo": ("FitSettings", "reuse_or_train"),
     "ssilbench.train.checkpoint": ("save_atomic",),
+    # continuous actions: scaled to [-1, 1] for a network, and back for the rollout
+    "ssilbench.train.continuous": ("ContinuousPolicy", "action_bounds", "unit_actions"),
     # unified (multi-role) architectures
     "ssilbench.train.roles": ("RoleModel", "SamplingPath", "UnifiedArchitecture", "unified"),
     # shared network blocks, and registered architectures by name
@@ -112,6 +115,7 @@ __all__ = [
     "ArgmaxRows",
     "ArrayRows",
     "ClassifierPolicy",
+    "ContinuousPolicy",
     "FitSettings",
     "FrameInputs",
     "ImpalaTrunk",
@@ -133,6 +137,7 @@ __all__ = [
     "UnlabeledView",
     "VMIDMPolicy",
     "WarmupLinear",
+    "action_bounds",
     "already_imported",
     "architecture",
     "as_model_input",
@@ -159,6 +164,7 @@ __all__ = [
     "speed_of",
     "trainable",
     "unified",
+    "unit_actions",
     "unlabeled_tensors",
 ]
 

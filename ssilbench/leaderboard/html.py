@@ -18,7 +18,14 @@ from html import escape
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
 from ssilbench.leaderboard.render import group_rows, interval_text
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
+from ssilbench.leaderboard.table import (
+    Cell,
+    EnvTable,
+    GroupTable,
+    SuiteTable,
+    Table,
+    plugins_sentence,
+)
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
            "#e377c2", "#7f7f7f", "#bcbd22")  # fmt: skip
@@ -152,6 +159,7 @@ def _footnote(t: EnvTable) -> str:
         "cell or a point for its seeds, their values and their runs' provenance. AUC: mean "
         "score over the budgets on a log N_L scale. Figure: the means as lines, the intervals "
         f"as shaded bands.</p><p class=prov>Provenance: {escape(' | '.join(origins))}</p>"
+        + (f"<p class=prov>{escape(plugins_sentence(t))}</p>" if t.plugins else "")
     )
 
 

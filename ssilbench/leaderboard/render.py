@@ -9,7 +9,15 @@ from pathlib import Path
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
 from ssilbench.leaderboard.stats import SEED_INTERVAL
-from ssilbench.leaderboard.table import Cell, EnvTable, GroupTable, SuiteTable, Table
+from ssilbench.leaderboard.table import (
+    Cell,
+    EnvTable,
+    GroupTable,
+    SuiteTable,
+    Table,
+    plugin_rows,
+    plugins_sentence,
+)
 from ssilbench.outputs import write_atomic
 
 FORMATS = ("md", "csv", "json", "tex", "html")
@@ -72,6 +80,8 @@ def _footnote(table: EnvTable) -> str:
         f"Cells: mean over seeds [{SEED_INTERVAL}] (n = seeds), {what}; best mean per column "
         "in bold. AUC: mean score over the budgets on a log N_L scale."
     )
+    if table.plugins:
+        lines.append(md_escape(plugins_sentence(table)))
     return "\n".join(lines)
 
 
@@ -253,6 +263,8 @@ def to_csv(table: Table) -> str:
                          s.runs[method][budget], "", "", "" if auc is None else f"{auc:.6g}",
                          ""]
                     )  # fmt: skip
+    for row in plugin_rows(table):
+        writer.writerow(row)
     return out.getvalue()
 
 
@@ -318,6 +330,8 @@ def to_tex(table: Table) -> str:
                    f"[{tex_escape(SEED_INTERVAL)}]; best mean per "
                    "column in bold. AUC: mean score over the budgets on a log $N_L$ "
                    "scale.")  # fmt: skip
+        if t.plugins:
+            caption += " " + tex_escape(plugins_sentence(t))
         parts.append(_tex_table(caption, header, rows))
         if (g := table.group_table(t.env)) is not None:
             parts.append(_groups_tex(g, t))

@@ -111,12 +111,24 @@ def study_runs(
     """A sweep file, its panel cells (see :func:`study_panels`) and those of ``records``
     that are its runs, in the order of its plan (block, method, environment, budget, seed),
     whatever order the records came in: a report from a store and one from its export are
-    the same."""
+    the same. Records are matched by design id, so runs recorded by an earlier release,
+    other plugin code or other data are found too; of the runs of one design, the one that
+    finished last is drawn."""
     sweep_file, cells = study_panels(plugins, path, quick)
     order = {design: i for i, design in enumerate(cells)}
-    mine = sorted((r for r in records if r.design_id in order),
-                  key=lambda r: (order[r.design_id], r.run_id))  # fmt: skip
+    latest: dict[str, RunRecord] = {}
+    for r in records:
+        if r.design_id in order and ((held := latest.get(r.design_id)) is None or _later(r, held)):
+            latest[r.design_id] = r
+    mine = sorted(latest.values(), key=lambda r: (order[r.design_id], r.run_id))
     return sweep_file, cells, mine
+
+
+def _later(record: RunRecord, other: RunRecord) -> bool:
+    """Whether ``record`` finished after ``other`` (ties: the larger run id, so that the
+    choice does not depend on the records' order)."""
+    return ((record.finished_at or 0.0), record.run_id) > ((other.finished_at or 0.0),
+                                                            other.run_id)  # fmt: skip
 
 
 def load_study(

@@ -63,6 +63,10 @@ class EnvTable:
     efficiency: dict[str, float | None] = field(default_factory=dict)  # method -> AUC
     n_labeled: dict[str, float] = field(default_factory=dict)  # budget -> mean |D_L|
     unit: str = "transitions"  # what N_L counts: transitions or whole demonstrations
+    plugins: list[dict[str, str]] = field(default_factory=list)
+    """Every plugin behind the table's runs: ``plugin``, ``release`` (its distribution and
+    version, as the runs recorded it) and ``code`` (the fingerprint of its files; "" for
+    runs recorded before fingerprints), one entry per distinct combination, sorted."""
 
     def cell(self, method: str, budget: str) -> Cell | None:
         return self.cells.get(method, {}).get(budget)
@@ -138,10 +142,49 @@ class Table:
 
 
 def provenance(record: RunRecord) -> str:
-    """Where a number came from: ssilbench version and commit, torch, and the device."""
+    """Where a number came from: ssilbench version and commit, torch, the device, and each
+    plugin the run used with its release and code fingerprint."""
     v = record.versions or {}
-    return (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
+    text = (f"ssilbench {v.get('ssilbench', '?')} (git {v.get('git') or 'unknown'}), "
             f"torch {v.get('torch', '?')}, {record.device or 'unknown device'}")  # fmt: skip
+    used = plugin_sources(record)
+    if used:
+        text += "; plugins: " + ", ".join(plugin_text(p) for p in used)
+    return text
+
+
+def plugin_sources(record: RunRecord) -> list[dict[str, str]]:
+    """The plugins a run used, as its spec records them: name, release and code."""
+    code = record.spec.code
+    return [{"plugin": name, "release": release, "code": code.get(name, "")}
+            for name, release in sorted(record.spec.plugins.items())]  # fmt: skip
+
+
+def plugins_behind(records: list[RunRecord], metric: str) -> list[dict[str, str]]:
+    """The plugins behind the numbers of ``records`` that have a value of ``metric``: each
+    distinct (plugin, release, code), sorted."""
+    found = {tuple(s.items()) for r in records if r.value(metric) is not None
+             for s in plugin_sources(r)}  # fmt: skip
+    return [dict(items) for items in sorted(found)]
+
+
+def plugin_text(source: dict[str, str]) -> str:
+    """``maze (ssilbench 0.3.0, code 715e4debb8c724ee)``: a plugin behind a number."""
+    code = f", code {source['code']}" if source.get("code") else ""
+    return f"{source['plugin']} ({source['release']}{code})"
+
+
+def plugins_sentence(table: EnvTable) -> str:
+    """The plugins behind a table's numbers, with their releases and code fingerprints."""
+    return "Plugins: " + "; ".join(plugin_text(p) for p in table.plugins) + "."
+
+
+def plugin_rows(table: Table) -> list[list[str]]:
+    """The CSV export's rows of kind ``plugin``: per environment, each plugin behind its
+    numbers (``method``: the plugin, ``metric``: its distribution and version,
+    ``statistic``: the fingerprint of its code), in the export's 14 columns."""
+    return [["plugin", t.env, p["plugin"], "", p["release"], p["code"], *[""] * 8]
+            for t in table.tables for p in t.plugins]  # fmt: skip
 
 
 def _settings(record: RunRecord) -> str:
@@ -171,7 +214,7 @@ def _distinguish(records: list[RunRecord]) -> list[RunRecord]:
 # column, and the step settings that _distinguish gives rows of their own.
 _POOLED = ("seed", "budget", "steps", "stop_early")
 # Spec fields a user reads as "the protocol", named first in a refusal.
-_PROTOCOL = ("version", "protocol", "data", "plugins")
+_PROTOCOL = ("version", "protocol", "data", "plugins", "code")
 
 
 def _identity(record: RunRecord) -> dict[str, Any]:
@@ -223,13 +266,11 @@ def build_table(
     compare: tuple[str, str] | None = None,
     latest: bool = False,
 ) -> Table:
-    """Aggregate finished run records (rows of the results store) into tables; with
-    ``compare`` (two method labels), the probability that the first beats the second.
-    Runs of one cell that differ in more than their seed are refused (:func:`check_pooling`)
-    unless ``latest`` keeps only the most recent kind of each cell."""
+    """Aggregate finished run records (rows of the results store) into tables; with ``compare``
+    (two method labels), the probability that the first beats the second. Runs of one cell that
+    differ in more than their seed are refused (:func:`check_pooling`) unless ``latest``."""
     records = _distinguish(list(records))
-    if latest:
-        records = latest_only(records)
+    records = latest_only(records) if latest else records
     check_pooling(records)
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
@@ -273,6 +314,7 @@ def build_table(
             methods=sorted(by_method),
             n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
             unit=meta[env].get("unit", "transitions"),
+            plugins=plugins_behind([r for r in records if r.env_label == env], metric),
         )
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():

@@ -101,7 +101,8 @@ class DryRun:
     measured_now: set[str] = field(default_factory=set)
     """The keys of the measurements made by this dry run (the others were kept)."""
     by_design: int = 0
-    """Of ``done``: runs whose dataset is not built yet, found recorded by design id."""
+    """Of ``done``: runs whose dataset is not built yet, found recorded by setup id (all
+    but the data, :attr:`~ssilbench.runner.spec.RunSpec.setup_id`)."""
 
     @property
     def wall_seconds(self) -> float | None:
@@ -408,7 +409,7 @@ def dry_run(
     """The stage plan and cost of running ``plan``'s runs not in ``done_ids``, in the units
     the sweep would run them in (``workers``, ``stack`` and ``executor`` as the sweep's).
     A run whose dataset is not built yet has no data fingerprint, so no run id a store can
-    hold: it counts as recorded when its design id is in ``done_designs``.
+    hold: it counts as recorded when its setup id is in ``done_designs``.
     Step times are taken from ``timings`` (unless ``remeasure``) or measured now and added
     to it (with ``measure_missing``), ``steps`` steps of each stage."""
     from ssilbench.runner.sweep import execution_units
@@ -523,7 +524,7 @@ def recorded(
     plan: SweepPlan, results_dir: Path, retry_failed: bool = False
 ) -> tuple[set[str], set[str]]:
     """(the run ids a sweep of ``plan`` would skip: done runs, and failed ones unless they are
-    to be retried; their design ids, read only when some run of ``plan`` has no data
+    to be retried; their setup ids, read only when some run of ``plan`` has no data
     fingerprint yet)."""
     from ssilbench.runner.results_db import read_designs, read_statuses
 
@@ -542,7 +543,7 @@ def pending_runs(
     for i, spec in enumerate(plan.runs):
         if spec.run_id in done_ids:
             continue
-        if spec.data is None and spec.design_id in done_designs:
+        if spec.data is None and spec.setup_id in done_designs:
             by_design += 1
             continue
         pending.append(i)

@@ -160,16 +160,20 @@ def same_result(a: RunRecord, b: RunRecord) -> bool:
     )
 
 
-def merge_results(store: ResultsStore, runs: list[RunRecord], source: str) -> MergeSummary:
+def merge_results(
+    store: ResultsStore, runs: list[RunRecord], source: str, prefer: str = "store"
+) -> MergeSummary:
     """Merge runs into the store in one transaction (all or nothing)."""
-    return merge_files(store, [(source, runs)])[0]
+    return merge_files(store, [(source, runs)], prefer)[0]
 
 
 def merge_files(
-    store: ResultsStore, batches: list[tuple[str, list[RunRecord]]]
+    store: ResultsStore, batches: list[tuple[str, list[RunRecord]]], prefer: str = "store"
 ) -> list[MergeSummary]:
     """Merge the runs of several files (name, runs read by :func:`read_export`), in order,
-    in one transaction: all of them or nothing. One summary per file."""
+    in one transaction: all of them or nothing. One summary per file. Of two finished
+    copies of a run that disagree (a conflict), ``prefer="store"`` keeps the one already in
+    the store, ``"incoming"`` the file's (a later file's over an earlier one's)."""
     summaries = []
     existing = {r.run_id: r for r in store.rows(None)}
     with_curves = set(store.curves())
@@ -178,7 +182,10 @@ def merge_files(
     for source, runs in batches:
         summary = MergeSummary()
         for run in runs:
-            if _merge_one(summary, existing.get(run.run_id), run, source):
+            mine = existing.get(run.run_id)
+            if _merge_one(summary, mine, run, source, prefer):
+                if mine is not None and mine.status == "done" and run.curves is None:
+                    run = run.with_curves([])  # the curves held were the replaced copy's
                 writes[run.run_id] = existing[run.run_id] = run
                 summary.unfinished += run.status == "interrupted"
                 if run.curves:
@@ -196,7 +203,9 @@ def merge_files(
     return summaries
 
 
-def _merge_one(summary: MergeSummary, mine: RunRecord | None, run: RunRecord, source: str) -> bool:
+def _merge_one(
+    summary: MergeSummary, mine: RunRecord | None, run: RunRecord, source: str, prefer: str
+) -> bool:
     """Count ``run`` in ``summary``; whether it is to be written."""
     if mine is None:
         summary.added += 1
@@ -204,13 +213,13 @@ def _merge_one(summary: MergeSummary, mine: RunRecord | None, run: RunRecord, so
     if mine.status == "done" and run.status == "done":
         if same_result(mine, run):
             summary.identical += 1
-        else:
-            summary.conflicts.append(
-                f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
-                f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
-                f"{run.score} in {source}"
-            )
-        return False
+            return False
+        summary.conflicts.append(
+            f"{run.method_label} on {run.env_label}, N_L={run.budget}, seed "
+            f"{run.seed} (run {run.run_id[:12]}): score {mine.score} here, "
+            f"{run.score} in {source}"
+        )
+        return prefer == "incoming"
     # A finished copy here stays, and so does a claim of a sweep on this store (running):
     # an unfinished copy from elsewhere would make another sweep train the run again.
     if mine.status == "done" or (mine.status == "running" and run.status != "done"):

@@ -2,8 +2,9 @@
 
 A run's identity (:attr:`ssilbench.runner.spec.RunSpec.run_id`) hashes its spec, and the
 spec carries these fingerprints, so that a plugin that changes its evaluation protocol, a
-dataset that is regenerated or imported again, or a new release of a plugin makes new runs
-instead of silently mixing old and new rows in one leaderboard.
+dataset that is regenerated or imported again, a new release of a plugin, or other code
+of a plugin at the same release makes new runs instead of silently mixing old and new rows
+in one leaderboard.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from ssilbench.api import EnvSpec
 from ssilbench.data.datasets import TransitionStore
+from ssilbench.fingerprint import code_fingerprint
 from ssilbench.registry import Registry
 
 # EnvSpec fields that describe a task without deciding any result (the Procgen complexity
@@ -52,3 +54,18 @@ def plugin_versions(registries: list[tuple[Registry[Any], str]]) -> dict[str, st
         else:
             out[origin.plugin] = origin.release
     return out
+
+
+def plugin_code(registries: list[tuple[Registry[Any], str]]) -> dict[str, str]:
+    """Plugin name -> fingerprint of the code of the plugins that provide the given registry
+    entries: the files of the import packages of the plugin module and of the entries'
+    targets (:func:`ssilbench.fingerprint.code_fingerprint`), whether the plugin is an
+    installed distribution, an editable install or a module on ``PYTHONPATH``."""
+    modules: dict[str, set[str]] = {}
+    for registry, name in registries:
+        entry = registry.entries[name]
+        found = modules.setdefault(entry.origin.plugin, set())
+        found.add(entry.target)
+        if entry.origin.module:
+            found.add(entry.origin.module)
+    return {plugin: code_fingerprint(targets) for plugin, targets in modules.items()}

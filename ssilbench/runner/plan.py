@@ -34,7 +34,12 @@ from ssilbench.errors import (
 )
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
-from ssilbench.runner.identity import dataset_fingerprint, plugin_versions, protocol_fingerprint
+from ssilbench.runner.identity import (
+    dataset_fingerprint,
+    plugin_code,
+    plugin_versions,
+    protocol_fingerprint,
+)
 from ssilbench.runner.spec import (
     SPEC_VERSION,
     RunSpec,
@@ -281,9 +286,11 @@ def expand_envs(
             )
             chosen = list(expand_all(values))
             tasks = [*tasks, *chosen]
+        # What the family calls its tasks ("procgen game"), as Environment.task_kind says.
+        kind = environment.task_kind if environment.task_kind != "task" else f"task of '{family}'"
         for t in chosen:
             if t not in tasks:
-                raise unknown(f"task of '{family}'", t, tasks, f" Or use '{family}:all'.")
+                raise unknown(kind, t, tasks, f" Or use '{family}:all'.")
             if (family, t) not in out:
                 out.append((family, t))
     return out
@@ -335,6 +342,13 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
             )
+        problem = arch().input_problem(tuple(spec.obs_shape))
+        if problem:
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} {problem} on {spec.env_id}. "
+                f"Choose another architecture ({', '.join(plugins.architectures.names())}) "
+                f"with -c {fname}=NAME, or observations it takes."
+            )
         if spec.action_kind not in arch.action_kinds:
             raise ConfigError(
                 f"Method '{info.name}': {fname}={arch_name} predicts "
@@ -358,11 +372,12 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
 
 def identify(plugins: Plugins, method: MethodInfo, task: TaskInfo) -> dict[str, Any]:
     """The spec fields that identify what the installed plugins make of a run: the task's
-    protocol fingerprint and the versions of the plugins it uses."""
+    protocol fingerprint, and the versions and code fingerprints of the plugins it uses."""
     family = task.env.split(":", 1)[0]
     used = [(plugins.methods, method.name), (plugins.environments, family)]
     used += [(plugins.architectures, a) for a in architecture_names(method, task.spec)]
-    return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used)}
+    return {"protocol": protocol_fingerprint(task.spec), "plugins": plugin_versions(used),
+            "code": plugin_code(used)}  # fmt: skip
 
 
 def _check_identity(spec: RunSpec, here: dict[str, Any]) -> None:
@@ -376,7 +391,8 @@ def _check_identity(spec: RunSpec, here: dict[str, Any]) -> None:
             raise ConfigError(
                 f"Run {spec.run_id} ({spec.method} on {spec.env}) was planned with {name} "
                 f"{getattr(spec, name)}, but the plugins installed here give {value}: install "
-                "the same plugin versions everywhere the sweep runs, then plan it again."
+                "the same plugin versions and code everywhere the sweep runs, then plan it "
+                "again."
             )
 
 

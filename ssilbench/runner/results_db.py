@@ -109,7 +109,7 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         if not self.spec_doc:  # frozen: the one field completed after construction
-            object.__setattr__(self, "spec_doc", self.spec.model_dump(mode="json"))
+            object.__setattr__(self, "spec_doc", self.spec.document())
 
     @classmethod
     def of(
@@ -203,15 +203,15 @@ def read_statuses(directory: Path) -> dict[str, str]:
 
 
 def read_designs(directory: Path, statuses: tuple[str, ...]) -> set[str]:
-    """The design ids (:attr:`RunSpec.design_id`) of the store's runs in one of
-    ``statuses``, read without writing anything; a spec that no longer parses is left out.
-    A dry run matches by design the runs whose datasets are not built yet."""
+    """The setup ids (:attr:`RunSpec.setup_id`: all but the data) of the store's runs in
+    one of ``statuses``, read without writing anything; a spec that no longer parses is left
+    out. A dry run matches by setup the runs whose datasets are not built yet."""
     marks = ", ".join("?" * len(statuses))
     docs = _read_rows(directory, f"SELECT spec FROM runs WHERE status IN ({marks})", statuses)
     designs = set()
     for (doc,) in docs:
         try:
-            designs.add(RunSpec.model_validate(json.loads(doc)).design_id)
+            designs.add(RunSpec.model_validate(json.loads(doc)).setup_id)
         except (ValueError, TypeError):
             continue
     return designs

@@ -20,9 +20,10 @@ from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
 from ssilbench.runner.run_options import MAX_SEED, MAX_STEPS
 
-SPEC_VERSION = 4  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
+SPEC_VERSION = 5  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
 # episodes only (sampled scores differ from version 2) and labels are taken in chunks;
-# 4: the environment's protocol, the dataset and the plugins' versions joined the spec
+# 4: the environment's protocol, the dataset and the plugins' versions joined the spec;
+# 5: the fingerprints of the plugins' code joined the spec
 
 MAX_INT = 2**63 - 1
 """Integers in configs and options lie within ±MAX_INT: numpy, torch and the results store
@@ -160,10 +161,13 @@ class RunSpec(BaseModel):
     Besides the names and settings a user chose, the spec holds what else decides the
     result: ``protocol``, the fingerprint of the task's :class:`~ssilbench.api.EnvSpec`
     (evaluation episodes and seed, normaliser, horizon, ...); ``plugins``, the distribution
-    and version of each plugin the run uses; and ``data``, the fingerprint of the dataset's
-    manifest. :func:`ssilbench.runner.plan.resolve` fills in the first two without touching
-    a file; :func:`ssilbench.runner.plan.prepare` opens the datasets and fills in ``data``.
-    Runs recorded before spec version 4 have none of the three (``None``/empty).
+    and version of each plugin the run uses; ``code``, the fingerprint of each such plugin's
+    files (:mod:`ssilbench.fingerprint`); and ``data``, the fingerprint of the dataset's
+    manifest. :func:`ssilbench.runner.plan.resolve` fills in the first three without
+    touching a dataset; :func:`ssilbench.runner.plan.prepare` opens the datasets and fills in
+    ``data``. Runs recorded before spec version 4 have none of these (``None``/empty), runs
+    of version 4 no ``code`` (empty, and left out of the JSON, so their ids read as
+    recorded).
 
     Identity is injective: :meth:`canonical_json` is the JSON text of the fields with sorted
     keys, and ``config`` and ``options`` pass :func:`check_json` (unbounded, so that runs
@@ -200,6 +204,7 @@ class RunSpec(BaseModel):
     rollouts: bool = True
     protocol: str | None = None
     plugins: dict[str, str] = {}
+    code: dict[str, str] = {}
     data: str | None = None
     version: int = SPEC_VERSION
 
@@ -208,9 +213,18 @@ class RunSpec(BaseModel):
     def _canonical_values(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
         return check_json(value, str(info.field_name), bounded=False)
 
+    def document(self, exclude: set[str] = frozenset()) -> dict[str, Any]:
+        """The spec as JSON data, as the store records it, without ``exclude``: a spec of a
+        version before 5 has no ``code`` (it is left out, so that its run id reads as
+        recorded)."""
+        doc = self.model_dump(mode="json", exclude=set(exclude))
+        if self.version < 5 and not doc.get("code", True):
+            del doc["code"]
+        return doc
+
     def canonical_json(self) -> str:
         """The spec as JSON text, keys sorted: what :attr:`run_id` hashes."""
-        return _canonical(self.model_dump(mode="json"))
+        return _canonical(self.document())
 
     @property
     def run_id(self) -> str:
@@ -218,16 +232,27 @@ class RunSpec(BaseModel):
         return _digest(self.canonical_json())
 
     @property
+    def setup_id(self) -> str:
+        """The run's identity before its dataset is opened: everything but ``data``. A dry
+        run and ``status`` count a planned run as recorded by this key."""
+        return _digest(_canonical(self.document({"data"})))
+
+    @property
     def design_id(self) -> str:
-        """The run as designed, whatever its data: everything but ``data``. A figure or a
-        status drawn from the store finds its runs by this key without opening a dataset."""
-        return _digest(_canonical(self.model_dump(mode="json", exclude={"data"})))
+        """The run as designed, whatever carried it out: everything but ``data``, ``code``,
+        the spec ``version`` and the plugins' releases (their names stay). A report or a
+        figure finds a sweep file's runs by this key, without opening a dataset, in stores
+        and exports written by earlier releases too; where one design was run more than
+        once, it draws the latest run (:func:`ssilbench.leaderboard.studies.study_runs`)."""
+        doc = self.document({"data", "code", "version"})
+        doc["plugins"] = sorted(doc["plugins"])
+        return _digest(_canonical(doc))
 
     @property
     def cohort(self) -> str:
         """What the runs pooled into one leaderboard cell must share: everything but the
         seed (and the budget, which is the cell's column)."""
-        return _digest(_canonical(self.model_dump(mode="json", exclude={"seed", "budget"})))
+        return _digest(_canonical(self.document({"seed", "budget"})))
 
     @property
     def prepared(self) -> bool:

@@ -420,6 +420,11 @@ def panel_cells(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, PanelC
     return cells
 
 
-def panel_titles(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, str]:
-    """Design id -> the figure panel its runs are drawn in (see :func:`panel_cells`)."""
-    return {design: cell.title for design, cell in panel_cells(plugins, sweep_file, quick).items()}
+def planned_setups(plugins, sweep_file: SweepFile, quick: bool) -> set[str]:
+    """The setup ids (:attr:`RunSpec.setup_id`: all but the data) of the file's runs as
+    this installation plans them, resolved without opening a dataset: a recorded run with
+    one of these ids is one a sweep of the file skips."""
+    from ssilbench.runner.plan import resolve_plan
+
+    return {spec.setup_id for block in sweep_file.blocks(quick) for sweep in block.sweeps()
+            for spec in resolve_plan(plugins, sweep).runs}  # fmt: skip

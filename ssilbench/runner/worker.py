@@ -21,7 +21,7 @@ from ssilbench.errors import UsageError
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.plugins import Plugins
-from ssilbench.runner.plan import MethodInfo, SweepPlan, TaskInfo
+from ssilbench.runner.plan import MethodInfo, SweepPlan, TaskInfo, architecture_names
 from ssilbench.runner.results_db import RunOutcome
 from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.telemetry import RunTelemetry, current_sink
@@ -89,8 +89,10 @@ class RunStorage:
     checkpoint_root: Path | None = None
     checkpoint_every: int = 0
 
-    def cache(self) -> StageCache | None:
-        return StageCache(self.cache_root) if self.cache_root is not None else None
+    def cache(self, code: dict[str, str] | None = None) -> StageCache | None:
+        """The stage cache of a run whose architectures' plugins have the code ``code``
+        (plugin -> fingerprint, from ``RunSpec.code``)."""
+        return StageCache(self.cache_root, code) if self.cache_root is not None else None
 
     def checkpoints(self, run_id: str, timeline: list) -> RunCheckpoints | None:
         if self.checkpoint_root is None or self.checkpoint_every < 1:
@@ -224,7 +226,7 @@ def set_up_run(
         inputs.stages,
         eval_every=spec.eval_every,
         evaluate=evaluate,
-        cache=storage.cache(),
+        cache=storage.cache(architectures_code(plugins, spec, method, task)),
         checkpoints=storage.checkpoints(spec.run_id, timeline),
         scope=stage_scope(spec, task),
         telemetry=telemetry,
@@ -240,6 +242,16 @@ def set_up_run(
     ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping,
                          metrics=log_metric)  # fmt: skip
     return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped, telemetry)
+
+
+def architectures_code(
+    plugins: Plugins, spec: RunSpec, method: MethodInfo, task: TaskInfo
+) -> dict[str, str]:
+    """Plugin -> code fingerprint (``spec.code``) of the plugins whose architectures the
+    run's config names: the code that builds its networks, which its stage keys hold."""
+    entries = plugins.architectures.entries
+    used = {entries[n].origin.plugin for n in architecture_names(method, task.spec) if n in entries}
+    return {p: c for p, c in spec.code.items() if p in used}
 
 
 def open_stage(plan: StagePlan) -> str:

@@ -91,11 +91,28 @@ class CacheEntry:
     meta: dict[str, Any]
 
 
-class StageCache:
-    """Trained stage weights on disk, one file per key under ``root``."""
+def module_code(net: nn.Module) -> dict[str, str]:
+    """Import package -> fingerprint of each package, torch's and the core's aside, that
+    defines one of ``net``'s modules: the code of its forward pass (a plugin's own layers)."""
+    from ssilbench.fingerprint import CORE_PACKAGE, package_fingerprint, top_package
 
-    def __init__(self, root: str | os.PathLike) -> None:
+    packages = {top_package(type(m).__module__) for m in net.modules()}
+    packages -= {"torch", CORE_PACKAGE, "builtins", "__main__"}
+    return {p: package_fingerprint(p) for p in sorted(packages)}
+
+
+class StageCache:
+    """Trained stage weights on disk, one file per key under ``root``.
+
+    A key holds the code that computes the stage, so that a stage trained by other code is
+    never reused: the fingerprints of the packages that define the network's modules, and
+    ``code`` (plugin -> fingerprint: a run's architecture plugins, whose ``build`` made the
+    network; see ``ssilbench.runner.worker.set_up_run``). Runs of other methods that train
+    the same network on the same data still share the stage."""
+
+    def __init__(self, root: str | os.PathLike, code: dict[str, str] | None = None) -> None:
         self.root = Path(root)
+        self.code = dict(code or {})
 
     def key(
         self,
@@ -110,6 +127,10 @@ class StageCache:
         h = hashlib.sha256()
         head = {"format": FORMAT, "trainer": trainer, "device": device.type,
                 "torch": torch.__version__.split("+")[0], **settings}  # fmt: skip
+        code = {**{f"plugin {k}": v for k, v in self.code.items()},
+                **{f"package {k}": v for k, v in module_code(net).items()}}  # fmt: skip
+        if code:  # plain torch modules in a cache of no run keep the keys they always had
+            head["code"] = code
         h.update(json.dumps(head, sort_keys=True, default=repr).encode())
         for name, value in net.state_dict().items():
             h.update(name.encode())

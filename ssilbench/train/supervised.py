@@ -41,8 +41,11 @@ def speed_of(arch: Architecture, device: torch.device) -> Speed:
 
 
 def labeled_actions(view: LabeledView, device: torch.device) -> torch.Tensor:
-    """The actions of D_L as a tensor on ``device`` (N_L of them: always small)."""
-    return torch.as_tensor(np.asarray(view.actions), dtype=torch.long, device=device)
+    """The actions of D_L as a tensor on ``device`` (N_L of them: always small): integers
+    (long) for discrete actions, float32 vectors for continuous ones."""
+    actions = np.asarray(view.actions)
+    dtype = torch.float32 if np.issubdtype(actions.dtype, np.floating) else torch.long
+    return torch.as_tensor(actions, dtype=dtype, device=device)
 
 
 def labeled_tensors(view: LabeledView, device: torch.device) -> tuple[torch.Tensor, ...]:

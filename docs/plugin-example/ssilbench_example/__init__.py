@@ -4,4 +4,4 @@ Only :mod:`ssilbench_example.plugin` is imported when ssilbench discovers plugin
 method and environment modules are imported when a run needs them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

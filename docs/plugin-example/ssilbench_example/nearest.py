@@ -78,8 +78,10 @@ class NearestIDM(Method):
         closest = nearest(features(u, u_next, cfg.features), features(s, s_next, cfg.features))
         labels = a[closest]
 
-        # Stage 2: clone a policy from every unlabeled state with its copied label.
-        net = arch.build(spec.obs_shape, spec.num_actions).to(ctx.device)
+        # Stage 2: clone a policy from every unlabeled state with its copied label. The
+        # network is built from the run seed, whatever was built before it.
+        with ctx.seeded():
+            net = arch.build(spec.obs_shape, spec.num_actions).to(ctx.device)
         policy = ClassifierPolicy(net)
         fit_classifier(
             net,
@@ -89,5 +91,6 @@ class NearestIDM(Method):
             lr=cfg.lr or arch.lr,
             batch_size=cfg.batch_size or arch.batch_size(len(u)),
             seed=ctx.stream_seed("policy"),
+            rule=ctx.stopping,  # --stop-early's rule, the same for every method
         )
         return policy

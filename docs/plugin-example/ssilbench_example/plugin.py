@@ -6,6 +6,8 @@ so ``ssilbench list`` never imports torch or gymnasium on the example's account.
 
 from ssilbench.api import hookimpl
 
+SSILBENCH_API = "1.2"  # the contract this plugin was written against (ssilbench.api.API_VERSION)
+
 
 @hookimpl
 def ssilbench_register_methods(registry):

@@ -92,7 +92,7 @@ def test_an_unknown_game_exits_2_with_did_you_mean(cli, mirror):
         args = ["--games", "bigfsh", "--from-url", server.url, "--data-root", str(cli.data)]
         error = usage_error(cli("data", "download", "procgen", *args))
         assert server.requests == []
-    assert "Unknown task of 'procgen' 'bigfsh'. Did you mean 'bigfish'?" in error
+    assert "Unknown procgen game 'bigfsh'. Did you mean 'bigfish'?" in error
 
 
 def test_a_missing_file_on_the_mirror_is_a_clear_404(cli, tmp_path):
