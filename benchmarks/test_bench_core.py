@@ -18,10 +18,10 @@ import torch
 from ssilbench.api import RunContext
 from ssilbench.data.split import split
 from ssilbench.eval.rollout import Evaluator
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
 from ssilbench.runner.worker import execute
+from ssilbench.runs.spec import Sweep
 from ssilbench.train.budget import StagePlan
 
 METHODS = ["bc", "idm_labeling", "vm_idm"]

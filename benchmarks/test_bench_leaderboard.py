@@ -16,8 +16,9 @@ import pytest
 
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import ResultsStore, RunOutcome, RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunOutcome, RunRecord
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import ResultsStore
 
 NORM = {"name": "paper", "low": 0.0, "high": 10.0}
 # The shape of the paper's Procgen study: 4 methods x 16 games x 16 budgets x 10 seeds.

@@ -41,8 +41,8 @@ import dataclasses, json, resource, sys, tempfile, time
 import torch
 torch.set_num_threads(1)
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
+from ssilbench.planning.plan import build_plan
+from ssilbench.runs.spec import Sweep
 from ssilbench.runner.timings import measure
 plugins = load_plugins()
 sweep = Sweep(methods=["bc"], envs=["maze:50x50"], budgets=["16"], seeds=[0],

@@ -8,9 +8,9 @@ cores; resolving the README's main job (18 runs) afterwards reads the cached fin
 from __future__ import annotations
 
 from ssilbench.fingerprint import package_fingerprint
+from ssilbench.planning.plan import resolve
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import resolve
-from ssilbench.runner.spec import Sweep
+from ssilbench.runs.spec import Sweep
 
 PACKAGES = ["ssilbench_baselines", "ssilbench_lapo", "ssilbench_libero", "ssilbench_maze",
             "ssilbench_procgen", "ssilbench_pusht", "ssilbench_uva"]  # fmt: skip

@@ -21,10 +21,10 @@ import pytest
 import torch
 
 import ssilbench.eval.rollout as rollout
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
 from ssilbench.runner.worker import execute
+from ssilbench.runs.spec import Sweep
 from ssilbench_procgen.chunks import write_synthetic_split
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.vec_env import procgen_available

@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from ssilbench.api import Method, Policy, Task, TransitionStore
+from ssilbench.conformance import ConformanceError
 from ssilbench.errors import SsilbenchError
-from ssilbench.testing import ConformanceError
 
 
 def _require(condition: bool, message: str) -> None:
@@ -51,8 +51,9 @@ def check_method(
     are its defaults). The data: ``data``, or the task's dataset under ``root``
     (``ssilbench.testing.random_store(task.spec, folder)`` gives one of the task's shape).
     ``plugins``: where architectures are looked up (default: the installed plugins)."""
+    from ssilbench.planning.plan import MethodInfo, TaskInfo
+    from ssilbench.planning.values import validate_model
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.plan import MethodInfo, TaskInfo, validate_model
     from ssilbench.train.budget import StepParityError, check_stages
 
     cls = method if isinstance(method, type) else type(method)
@@ -109,8 +110,8 @@ def check_method(
 
 
 def _set_up(info, task_info, plugins, budget: str, seed: int, steps: int):
-    from ssilbench.runner.spec import RunSpec
     from ssilbench.runner.worker import set_up_run
+    from ssilbench.runs.spec import RunSpec
 
     spec = RunSpec(method=info.name, config=info.config.model_dump(mode="json"),
                    env=task_info.env, options={}, budget=budget, seed=seed, steps=steps,

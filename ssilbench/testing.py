@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ssilbench.api import EnvSpec, Task
+from ssilbench.conformance import ConformanceError
 from ssilbench.registry import lazy_attributes
 
 if TYPE_CHECKING:
@@ -73,10 +74,10 @@ if TYPE_CHECKING:
     from ssilbench.eval.diagnostics import TestSetScorer
     from ssilbench.eval.rollout import Evaluator, rollout_returns, run_episodes
     from ssilbench.method_checks import check_method
+    from ssilbench.planning.plan import build_plan
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.plan import build_plan
-    from ssilbench.runner.spec import Sweep
     from ssilbench.runner.worker import RunStorage, execute, execute_many
+    from ssilbench.runs.spec import Sweep
     from ssilbench.train.batched import Stacked
     from ssilbench.train.budget import check_stages
     from ssilbench.train.memo import StageCache
@@ -115,8 +116,8 @@ __all__ = [
 # The harness (see the module docstring): name -> defining module, imported on first access.
 _HARNESS = {
     "load_plugins": "ssilbench.plugins",
-    "Sweep": "ssilbench.runner.spec",
-    "build_plan": "ssilbench.runner.plan",
+    "Sweep": "ssilbench.runs.spec",
+    "build_plan": "ssilbench.planning.plan",
     "execute": "ssilbench.runner.worker",
     "execute_many": "ssilbench.runner.worker",
     "RunStorage": "ssilbench.runner.worker",
@@ -135,10 +136,6 @@ _HARNESS = {
 
 
 __getattr__ = lazy_attributes(globals(), _HARNESS)
-
-
-class ConformanceError(AssertionError):
-    """A task breaks the Environment contract; the message says which part."""
 
 
 def _require(condition: bool, message: str) -> None:

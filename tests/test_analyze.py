@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from ssilbench.errors import UsageError
-from ssilbench.leaderboard.analysis import (
+from ssilbench.leaderboard.stats import t975
+from ssilbench.plugins import load_plugins
+from ssilbench.runs.records import RunOutcome
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import ResultsStore
+from ssilbench.studies.analysis import (
     analyze,
     groups_of,
     metadata_from_registry,
@@ -23,11 +28,7 @@ from ssilbench.leaderboard.analysis import (
     resolve_label,
     t_test_p,
 )
-from ssilbench.leaderboard.analysis_report import games_csv, to_markdown
-from ssilbench.leaderboard.stats import t975
-from ssilbench.plugins import load_plugins
-from ssilbench.runner.results_db import ResultsStore, RunOutcome
-from ssilbench.runner.spec import RunSpec
+from ssilbench.studies.analysis_report import games_csv, to_markdown
 
 IDM, BC = "idm_labeling", "bc"
 
@@ -306,7 +307,7 @@ def test_analyze_without_a_store(cli):
 
 def test_figures_without_any_gap(tmp_path):
     # The methods share no budget: no bar, no class, no correlation — still two figures.
-    from ssilbench.leaderboard.analysis_figures import complexity_figure, stochasticity_figure
+    from ssilbench.studies.analysis_figures import complexity_figure, stochasticity_figure
 
     fill(tmp_path / "results", {"bigfish": {IDM: {"16": [(0.5, 1.0, 0.2)]},
                                             BC: {"64": [(0.1, 1.0, None)]}}})  # fmt: skip

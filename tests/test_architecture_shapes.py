@@ -67,7 +67,7 @@ def test_cnn5_on_4x4_images_exits_2_before_any_run(tiny_images, capsys):
 
 
 def test_an_architecture_that_takes_the_frames_passes_the_same_check(tiny_images):
-    from ssilbench.runner.plan import resolve
+    from ssilbench.planning.plan import resolve
     from ssilbench.testing import Sweep
 
     plugins = load_plugins(["tiny_images_plugin"])

@@ -18,10 +18,10 @@ from ssilbench.data.batches import (
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import split
 from ssilbench.data.tensors import as_model_input, pair
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
 from ssilbench.runner.worker import RunStorage, execute
+from ssilbench.runs.spec import Sweep
 from ssilbench.train.loop import BatchSampler
 from ssilbench.train.memo import StageCache
 from ssilbench.train.supervised import label_rows

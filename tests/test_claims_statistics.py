@@ -7,8 +7,10 @@ import math
 
 import pytest
 
-from ssilbench.leaderboard.figures import Panel, Series
-from ssilbench.leaderboard.report import (
+from ssilbench.leaderboard.stats import one_sample_t, paired_t, t975, t_upper_p, welch_t
+from ssilbench.planning.sweepfile import Claim, SweepFile
+from ssilbench.studies.figures import Panel, Series
+from ssilbench.studies.report import (
     HELD,
     NOT_CHECKED,
     NOT_ESTABLISHED,
@@ -16,8 +18,6 @@ from ssilbench.leaderboard.report import (
     check,
     study_section,
 )
-from ssilbench.leaderboard.stats import one_sample_t, paired_t, t975, t_upper_p, welch_t
-from ssilbench.runner.sweepfile import Claim, SweepFile
 
 
 def series(label: str, cells: dict[str, list[float]], seeds: bool = True) -> Series:
@@ -185,10 +185,10 @@ def test_a_study_still_running_is_not_judged_on_the_budgets_it_happens_to_have()
 
 
 def test_collected_series_know_their_planned_budgets():
-    from ssilbench.leaderboard.figures import collect
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.spec import RunSpec
-    from ssilbench.runner.sweepfile import PanelCell
+    from ssilbench.planning.sweepfile import PanelCell
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.runs.spec import RunSpec
+    from ssilbench.studies.figures import collect
 
     def spec(budget: str, seed: int) -> RunSpec:
         return RunSpec(method="bc", config={}, env="maze:10x10", options={}, budget=budget,

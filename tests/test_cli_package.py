@@ -15,7 +15,8 @@ import pytest
 
 import ssilbench.cli
 from ssilbench.errors import UnknownNameError, UsageError
-from ssilbench.runner.run_options import ExecutorSettings, RunOptions, comma_list, parse_seeds
+from ssilbench.planning.options import ExecutorSettings, RunOptions
+from ssilbench.planning.values import comma_list, parse_seeds
 
 PACKAGE = Path(ssilbench.cli.__file__).parent
 SWEEP = {"methods": "bc", "envs": "maze:10x10", "budgets": "16"}
@@ -132,8 +133,8 @@ def test_a_run_left_by_a_gone_process_of_this_host_is_stale_for_store_and_status
     from dataclasses import replace
 
     from ssilbench.cli.status import progress_lines
-    from ssilbench.runner.results_db import RunRecord, is_stale
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.records import RunRecord, is_stale
+    from ssilbench.runs.spec import RunSpec
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -150,8 +151,8 @@ def test_a_run_left_by_a_gone_process_of_this_host_is_stale_for_store_and_status
 
 def test_status_shows_where_the_last_checkpoints_of_running_runs_are(tmp_path):
     from ssilbench.cli.status import progress_lines
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.runs.spec import RunSpec
     from ssilbench.train.checkpoint import save_atomic
 
     specs = [RunSpec(method="idm_labeling", config={}, env="maze:10x10", options={},
@@ -176,8 +177,8 @@ def test_status_paces_stacked_bursts_from_their_start_and_shows_where_interrupte
     tmp_path,
 ):
     from ssilbench.cli.status import progress_lines
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.runs.spec import RunSpec
     from ssilbench.train.checkpoint import save_atomic
 
     def spec(seed: int, budget: str = "16") -> RunSpec:
@@ -205,7 +206,7 @@ def test_status_paces_stacked_bursts_from_their_start_and_shows_where_interrupte
 
 
 def test_analysis_files_are_named_from_safe_characters():
-    from ssilbench.leaderboard.analysis_output import file_names
+    from ssilbench.studies.analysis_output import file_names
 
     assert file_names("procgen", "bc (arch=lc)", "idm.v2", "complexity") == (
         "procgen-bc_arch_lc_-vs-idm_v2",

@@ -19,7 +19,7 @@ import torch
 
 from ssilbench.errors import ConfigError, DatasetError
 from ssilbench.fingerprint import package_fingerprint, source_files
-from ssilbench.runner.plan import SweepPlan, build_plan, resolve
+from ssilbench.planning.plan import SweepPlan, build_plan, resolve
 from ssilbench.testing import StageCache, Sweep, cli_exit_code, load_plugins
 
 # A plugin whose environment's evaluation dynamics live in dynamics.py.

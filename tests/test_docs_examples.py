@@ -276,8 +276,8 @@ def check_leaderboard(block: str, args: list[str], where: str) -> None:
     from ssilbench.leaderboard.render import to_markdown
     from ssilbench.leaderboard.table import build_table
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.runs.spec import RunSpec
 
     lines = block.splitlines()
     env = next((line[3:] for line in lines if line.startswith("## ")), args[0] if args else "")

@@ -16,16 +16,19 @@ from hypothesis import strategies as st
 
 from ssilbench.leaderboard.render import FORMULA_STARTS, csv_cell, md_escape, render
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import RunSpec
 
 HOSTILE = ["[x](javascript:alert(1))", "![](http://evil.example/p.png)", "[a][b]", "<b>",
            "<script>alert(1)</script>", "=HYPERLINK(\"http://e\")", "+1+2", "-2+3", "@SUM(A1)",
            "\t=1", "|", "`", "\\", "\\input{/etc/passwd}", "%", "$", "&", "_", "{", "}", "~",
            "^", "\n", "\r", "'", '"', "&lt;", "<img src=x onerror=alert(1)>",
            "<a href=\"javascript:x\">"]  # fmt: skip
-labels = (st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), min_size=1, max_size=4)
-          .map("".join).filter(str.strip))  # a blank label reads as the id it labels
+labels = (
+    st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), min_size=1, max_size=4)
+    .map("".join)
+    .filter(str.strip)
+)  # a blank label reads as the id it labels
 
 
 def table_of(method: str, env: str):

@@ -26,11 +26,12 @@ from ssilbench.cli import main
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.split import parse_budget, parse_budgets
 from ssilbench.errors import ConfigError, DatasetError, SsilbenchError, UsageError
+from ssilbench.planning.options import RunOptions
+from ssilbench.planning.plan import resolve
+from ssilbench.planning.sweepfile import load_sweep_file
+from ssilbench.planning.values import comma_list, parse_assignments, parse_seeds, parse_value
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import parse_assignments, parse_value, resolve
-from ssilbench.runner.run_options import MAX_SEED, MAX_STEPS, RunOptions, comma_list, parse_seeds
-from ssilbench.runner.spec import RunSpec, Sweep
-from ssilbench.runner.sweepfile import load_sweep_file
+from ssilbench.runs.spec import MAX_SEED, MAX_STEPS, RunSpec, Sweep
 from ssilbench.testing import cli_exit_code
 
 RUN = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0"]

@@ -14,8 +14,8 @@ import pytest
 from ssilbench.leaderboard.render import render, to_csv, to_json, to_markdown
 from ssilbench.leaderboard.stats import mean_ci95, seed_interval, t975
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import RunSpec
 
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 
@@ -391,7 +391,7 @@ def test_compare_flag_errors(cli):
 def test_figure_legend_names_methods_of_every_panel(tmp_path):
     # A method drawn only in a later panel must be in the legend, in its own colour.
     pytest.importorskip("matplotlib")
-    from ssilbench.leaderboard.figures import Panel, Series, draw
+    from ssilbench.studies.figures import Panel, Series, draw
 
     def panel(title, *names):
         p = Panel(title)

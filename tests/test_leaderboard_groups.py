@@ -15,8 +15,9 @@ import pytest
 from ssilbench.leaderboard.render import render, to_csv, to_json, to_markdown, to_tex
 from ssilbench.leaderboard.stats import seed_interval
 from ssilbench.leaderboard.table import Table, build_table
-from ssilbench.runner.results_db import ResultsStore, RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import ResultsStore
 
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 ENV = "libero10:all"

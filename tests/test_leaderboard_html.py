@@ -15,8 +15,8 @@ import pytest
 
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import RunSpec
 
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 EVIL = "<script>alert(1)</script>"

@@ -11,8 +11,8 @@ import pytest
 
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.results_db import RunRecord
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import RunSpec
 
 FORMATS = ("md", "csv", "json", "tex", "html")
 # env -> the plugins its runs recorded: name -> (release, code fingerprint)

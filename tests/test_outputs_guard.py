@@ -131,8 +131,8 @@ def test_outputs_beside_the_store_are_written(capsys, place):
 
 def test_the_library_export_refuses_its_own_store(place):
     from ssilbench.errors import OutputError
-    from ssilbench.runner.exchange import export_results
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.exchange import export_results
+    from ssilbench.runs.store import ResultsStore
 
     before = snapshot(place / "results")
     with ResultsStore.open_read_only(place / "results") as store, pytest.raises(OutputError):
@@ -141,8 +141,8 @@ def test_the_library_export_refuses_its_own_store(place):
 
 
 def _export(args: tuple[str, str]) -> int:
-    from ssilbench.runner.exchange import export_results
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.exchange import export_results
+    from ssilbench.runs.store import ResultsStore
 
     results, out = args
     with ResultsStore.open_read_only(Path(results)) as store:

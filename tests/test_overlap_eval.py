@@ -11,10 +11,10 @@ import torch
 
 from ssilbench.api import Policy
 from ssilbench.eval.overlap import OverlappedEvaluation
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
 from ssilbench.runner.worker import execute, execute_many
+from ssilbench.runs.spec import Sweep
 
 CPU = torch.device("cpu")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ssilbench.leaderboard.figures import collect
-from ssilbench.leaderboard.report import NOT_CHECKED, check
-from ssilbench.leaderboard.studies import RunSource, study_runs
+from ssilbench.studies.figures import collect
+from ssilbench.studies.report import NOT_CHECKED, check
+from ssilbench.studies.study import RunSource, study_runs
 from ssilbench.testing import cli_exit_code, load_plugins
 
 ROOT = Path(__file__).resolve().parent.parent

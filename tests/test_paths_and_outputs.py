@@ -220,7 +220,7 @@ def test_leaderboard_out_on_a_full_disk_leaves_no_temp_file(capsys, tmp_path, mo
 
 def test_plot_into_an_unwritable_folder_is_one_message(capsys, tmp_path):
     from ssilbench.errors import OutputError
-    from ssilbench.leaderboard.figures import pyplot, save
+    from ssilbench.studies.figures import pyplot, save
 
     fig = pyplot().figure()
     with pytest.raises(OutputError, match="not a folder") as caught:
@@ -231,7 +231,7 @@ def test_plot_into_an_unwritable_folder_is_one_message(capsys, tmp_path):
 @pytest.mark.parametrize("name", ["../../x", "/tmp/abs", "a/b", "bad\nname", "..", "a b"])
 def test_a_sweep_name_that_is_not_a_plain_name_is_refused(tmp_path, name):
     from ssilbench.errors import UsageError
-    from ssilbench.runner.sweepfile import load_sweep_file
+    from ssilbench.planning.sweepfile import load_sweep_file
 
     path = tmp_path / "s.toml"
     path.write_text(f"name = {json.dumps(name)}\n")  # a JSON string is a TOML string
@@ -242,7 +242,7 @@ def test_a_sweep_name_that_is_not_a_plain_name_is_refused(tmp_path, name):
 
 
 def test_figure_names_are_sanitised_as_a_second_guard():
-    from ssilbench.leaderboard.studies import figure_name
+    from ssilbench.studies.study import figure_name
 
     class Escaping:
         name = "../../etc/x"
@@ -272,8 +272,8 @@ def test_markdown_escapes_names_that_would_break_a_table():
 def test_the_markdown_leaderboard_escapes_every_name_it_prints():
     from ssilbench.leaderboard.render import to_markdown
     from ssilbench.leaderboard.table import build_table
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.runs.spec import RunSpec
 
     env = 'maze:10x10 (goal="<script>|x")'
     records = [

@@ -7,14 +7,9 @@ from pathlib import Path
 import pytest
 
 from ssilbench.errors import ConfigError, UnknownNameError, UsageError
-from ssilbench.runner.plan import (
-    build_plan,
-    display_label,
-    non_default,
-    parse_assignments,
-    parse_value,
-)
-from ssilbench.runner.spec import Sweep
+from ssilbench.planning.plan import build_plan
+from ssilbench.planning.values import display_label, non_default, parse_assignments, parse_value
+from ssilbench.runs.spec import Sweep
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +72,7 @@ def test_steps_scale_is_a_fraction_of_the_environment_default(plugins, data_root
 def test_labels_name_only_values_that_differ_from_the_defaults():
     from pydantic import BaseModel
 
-    from ssilbench.runner.plan import display_label
+    from ssilbench.planning.values import display_label
 
     class Config(BaseModel):
         hidden: tuple[int, ...] = (128, 128)
@@ -91,7 +86,7 @@ def test_a_field_left_out_of_the_dump_at_its_default_is_labelled_where_it_differ
     from pydantic import BaseModel
 
     from ssilbench.api import omitted_at_default
-    from ssilbench.runner.plan import display_label, non_default
+    from ssilbench.planning.values import display_label, non_default
 
     class Options(BaseModel):
         lr: float = 1e-3

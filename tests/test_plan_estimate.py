@@ -9,10 +9,9 @@ import json
 import pytest
 import torch
 
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
 from ssilbench.runner.dryrun import dry_run, interpolate, label_spans, labeled_transitions
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
 from ssilbench.runner.timings import (
     MAX_LABELED,
     Measurement,
@@ -21,6 +20,7 @@ from ssilbench.runner.timings import (
     measure,
     measurement_key,
 )
+from ssilbench.runs.spec import Sweep
 
 PLUGINS = load_plugins()
 STEPS = 40

@@ -142,9 +142,9 @@ def test_every_missing_piece_is_listed_in_one_message(needy, capsys):
 
 
 def test_the_preflight_error_keeps_each_problem(needy, plugins):
+    from ssilbench.planning.plan import build_plan
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.plan import build_plan
-    from ssilbench.runner.spec import Sweep
+    from ssilbench.runs.spec import Sweep
 
     loaded = load_plugins(("needy_plugin",))
     sweep = Sweep(methods=["bc"], envs=["needy:alpha", "needy:beta"], budgets=["1"], seeds=[0])
@@ -259,8 +259,8 @@ def test_without_a_terminal_the_sweep_starts(tmp_path, capsys, asking):
 
 
 def test_the_estimate_is_skipped_where_measuring_would_cost_too_much(tmp_path, plugins):
+    from ssilbench.planning.options import RunOptions
     from ssilbench.runner.launch import estimate_run, prepare_run
-    from ssilbench.runner.run_options import RunOptions
 
     options = RunOptions(results=tmp_path / "r", data_root=tmp_path / "d", methods="bc",
                          envs="maze:10x10", budgets="16", steps=60)  # fmt: skip
@@ -274,9 +274,9 @@ def test_the_estimate_is_skipped_where_measuring_would_cost_too_much(tmp_path, p
 
 
 def _choice(plugins, tmp_path, monkeypatch, cores=8, **given):
+    from ssilbench.planning.options import RunOptions
+    from ssilbench.planning.plan import resolve_plan
     from ssilbench.runner import launch
-    from ssilbench.runner.plan import resolve_plan
-    from ssilbench.runner.run_options import RunOptions
 
     monkeypatch.setattr(launch, "_usable_cores", lambda: cores)
     options = RunOptions(results=tmp_path, data_root=tmp_path, budgets="16", dry_run=True,

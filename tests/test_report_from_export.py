@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.exchange import export_results, read_export
-from ssilbench.runner.results_db import ResultsStore, RunRecord
 from ssilbench.runner.sweep import run_label
-from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
+from ssilbench.runs.exchange import export_results, read_export
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.store import ResultsStore
 from ssilbench.testing import cli_exit_code
 
 pytest.importorskip("matplotlib")
@@ -210,7 +211,7 @@ def test_the_wall_time_says_what_resumed_runs_count(study):
     recorded their time (``resumed_seconds``); the report says which is which."""
     from dataclasses import replace
 
-    from ssilbench.leaderboard.studies import provenance
+    from ssilbench.studies.study import provenance
 
     sweep_file = load_sweep_file(Path("study.toml"))
     counted = {"policy": {"declared": 40, "used": 40, "resumed_from": 20,
@@ -231,7 +232,7 @@ def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
     """Durations on a CPU and a GPU neither add up nor make one span: one figure each."""
     from dataclasses import replace
 
-    from ssilbench.leaderboard.studies import provenance
+    from ssilbench.studies.study import provenance
 
     sweep_file = load_sweep_file(Path("study.toml"))
     cpu_runs = study[4:]
@@ -259,7 +260,7 @@ def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
 def test_the_time_in_progress_counts_overlapping_runs_once_and_leaves_out_the_gaps():
     """Stacked runs overlap, and a study run in two sittings a day apart has a gap: the
     time in progress is the union of the runs' start-to-finish intervals."""
-    from ssilbench.leaderboard.studies import in_progress
+    from ssilbench.studies.study import in_progress
 
     sittings = [(0.0, 10.0), (5.0, 20.0), (2.0, 3.0), (86_400.0, 86_430.0)]
     assert in_progress(sittings) == 20.0 + 30.0

@@ -109,15 +109,10 @@ def test_export_errors_exit_2(cli, exported, tmp_path):
 def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchanged(tmp_path):
     # The file format, checked against the store's own columns rather than RunRecord, so
     # that the records the store hands out cannot drift from what older exports hold.
-    from ssilbench.runner.exchange import export_results, merge_results, read_export
-    from ssilbench.runner.results_db import (
-        COLUMNS,
-        JSON_COLUMNS,
-        STATUSES,
-        ResultsStore,
-        RunOutcome,
-    )
-    from ssilbench.runner.spec import RunSpec
+    from ssilbench.runs.exchange import export_results, merge_results, read_export
+    from ssilbench.runs.records import RunOutcome
+    from ssilbench.runs.spec import RunSpec
+    from ssilbench.runs.store import COLUMNS, JSON_COLUMNS, STATUSES, ResultsStore
 
     specs = [RunSpec(method="bc", config={"lr": 0.001}, env="maze:10x10", options={},
                      budget="16", seed=seed, steps=60, eval_every=30)
@@ -153,9 +148,9 @@ def test_an_export_line_is_every_column_with_json_decoded_and_merges_back_unchan
 def test_runs_recorded_by_an_older_spec_version_merge_under_their_own_id(tmp_path):
     """An export from before spec version 4 (no protocol, plugins or data fields) merges:
     its run id is the hash of the spec as it was recorded."""
-    from ssilbench.runner.exchange import merge_results, read_export
-    from ssilbench.runner.results_db import ResultsStore
-    from ssilbench.runner.spec import run_id_of
+    from ssilbench.runs.exchange import merge_results, read_export
+    from ssilbench.runs.spec import run_id_of
+    from ssilbench.runs.store import ResultsStore
 
     old_spec = {"method": "bc", "config": {}, "env": "maze:10x10", "options": {},
                 "budget": "16", "seed": 0, "steps": 60, "eval_every": 30, "stop_early": False,

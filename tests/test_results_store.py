@@ -9,14 +9,9 @@ import socket
 import pytest
 
 from ssilbench.errors import ResultsStoreError
-from ssilbench.runner.results_db import (
-    DB_NAME,
-    ResultsStore,
-    RunOutcome,
-    RunRecord,
-    ensure_writable,
-)
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runs.records import RunOutcome, RunRecord
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import DB_NAME, ResultsStore, ensure_writable
 
 DEAD_PID = 2**31 - 1  # above any kernel's pid_max: no such process
 VERSIONS = {"baselines": "0.1.0", "maze": "0.1.0"}

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.results_db import ResultsStore
-from ssilbench.runner.spec import Sweep
+from ssilbench.planning.plan import build_plan
 from ssilbench.runner.sweep import run_sweep
 from ssilbench.runner.units import PoolSetup
 from ssilbench.runner.worker import RunStorage
+from ssilbench.runs.spec import Sweep
+from ssilbench.runs.store import ResultsStore
 from ssilbench.train.checkpoint import RunCheckpoints
 
 CPU = torch.device("cpu")

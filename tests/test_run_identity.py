@@ -13,8 +13,7 @@ import torch
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.errors import ConfigError, UsageError
 from ssilbench.leaderboard.table import build_table
-from ssilbench.runner.identity import dataset_fingerprint
-from ssilbench.runner.plan import (
+from ssilbench.planning.plan import (
     SweepPlan,
     build_plan,
     open_datasets,
@@ -22,10 +21,12 @@ from ssilbench.runner.plan import (
     resolve,
     resolve_plan,
 )
-from ssilbench.runner.results_db import ResultsStore, RunRecord
-from ssilbench.runner.spec import SPEC_VERSION, RunSpec, Sweep
 from ssilbench.runner.sweep import run_sweep, work_unit
 from ssilbench.runner.units import PoolSetup
+from ssilbench.runs.identity import dataset_fingerprint
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import SPEC_VERSION, RunSpec, Sweep
+from ssilbench.runs.store import ResultsStore
 
 CPU = torch.device("cpu")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.dryrun import leaders_first
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.spec import Sweep
+from ssilbench.runner.schedule import leaders_first
+from ssilbench.runs.spec import Sweep
 from ssilbench.train.memo import StageCache
 
 PLUGINS = load_plugins()

@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 
 from ssilbench.cli import main
 from ssilbench.errors import ResultsStoreError, SsilbenchError, UsageError
-from ssilbench.runner.results_db import DB_NAME, ResultsStore, RunOutcome, RunRecord
-from ssilbench.runner.spec import RunSpec, run_id_of
+from ssilbench.runs.records import RunOutcome, RunRecord
+from ssilbench.runs.spec import RunSpec, run_id_of
+from ssilbench.runs.store import DB_NAME, ResultsStore
 
 DEAD_PID = 2**31 - 1  # above any kernel's pid_max: no such process
 OUTCOME = RunOutcome(
@@ -178,8 +179,8 @@ eval_every = 30
 
 
 def test_status_counts_the_runs_of_the_blocks_asked_for(tmp_path, capsys):
+    from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
     from ssilbench.plugins import load_plugins
-    from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
 
     study = tmp_path / "two.toml"
     study.write_text(TWO_BLOCKS)
@@ -306,7 +307,7 @@ def test_a_file_that_is_not_a_store_is_refused_untouched(tmp_path, capsys, kind)
 def test_commands_that_write_refuse_a_file_that_is_not_a_store_untouched(tmp_path, capsys, kind):
     exported = tmp_path / "runs.jsonl"
     with ResultsStore(make_store(tmp_path / "source")) as store:
-        from ssilbench.runner.exchange import export_results
+        from ssilbench.runs.exchange import export_results
 
         export_results(store, exported)
     make, message = NOT_STORES[kind]
@@ -345,7 +346,7 @@ def test_a_read_only_store_cannot_be_written(tmp_path):
 
 @pytest.fixture
 def exported(tmp_path) -> Path:
-    from ssilbench.runner.exchange import export_results
+    from ssilbench.runs.exchange import export_results
 
     path = tmp_path / "runs.jsonl"
     with ResultsStore(make_store(tmp_path / "source")) as store:
@@ -481,7 +482,7 @@ def test_all_files_go_in_one_transaction(capsys, exported, target, tmp_path, mon
         store.start(spec(9), "bc", "maze:10x10", "cpu", {})
         store.finish(spec(9).run_id, OUTCOME, wall_time=1.0)
     with ResultsStore.open_read_only(tmp_path / "third") as store:
-        from ssilbench.runner.exchange import export_results
+        from ssilbench.runs.exchange import export_results
 
         export_results(store, other)
     commits = []
@@ -510,7 +511,7 @@ def test_received_unfinished_runs_are_never_live_claims(capsys, tmp_path, target
         store.db.execute("UPDATE runs SET pid = 1, host = ? WHERE seed = 3",
                          (socket.gethostname(),))  # fmt: skip
         store.db.execute("UPDATE runs SET pid = 4242, host = 'elsewhere' WHERE seed = 4")
-        from ssilbench.runner.exchange import export_results
+        from ssilbench.runs.exchange import export_results
 
         export_results(store, tmp_path / "running.jsonl", ("running",))
     code, _, err = cli(capsys, "results", "merge", str(tmp_path / "running.jsonl"),
@@ -621,7 +622,7 @@ def test_a_received_line_is_refused_cleanly_or_read_by_every_reader(status, data
     from ssilbench.cli.status import progress_lines
     from ssilbench.leaderboard.board import store_table
     from ssilbench.leaderboard.render import render
-    from ssilbench.runner.exchange import merge_files, read_export
+    from ssilbench.runs.exchange import merge_files, read_export
 
     row = _base_row(status)
     spec_changes = {
@@ -681,7 +682,7 @@ def test_a_received_line_is_refused_cleanly_or_read_by_every_reader(status, data
 
 def test_the_property_test_sees_clean_rows_merge(tmp_path):
     # The unmutated row of the property test merges and reads (it is not refused).
-    from ssilbench.runner.exchange import read_export
+    from ssilbench.runs.exchange import read_export
 
     path = tmp_path / "in.jsonl"
     path.write_text(textwrap.dedent(f"""\

@@ -8,8 +8,8 @@ import pytest
 
 from ssilbench.cli import main
 from ssilbench.errors import SsilbenchError, UsageError
+from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.sweepfile import load_sweep_file, plan_blocks
 from ssilbench.testing import cli_exit_code
 
 GOOD = """

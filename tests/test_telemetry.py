@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from ssilbench.errors import UsageError
-from ssilbench.runner.exchange import export_results, merge_results, read_export
-from ssilbench.runner.results_db import ResultsStore, RunOutcome, RunRecord
-from ssilbench.runner.spec import RunSpec
-from ssilbench.runner.store_file import SCHEMA_VERSION
 from ssilbench.runner.telemetry import MAX_POINTS, RunTelemetry, Series, thin
+from ssilbench.runs.exchange import export_results, merge_results, read_export
+from ssilbench.runs.records import RunOutcome, RunRecord
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import ResultsStore
+from ssilbench.runs.store_file import SCHEMA_VERSION
 from ssilbench.testing import cli_exit_code
 
 

@@ -17,11 +17,11 @@ from ssilbench.cli.progress import PlainProgress, fit, run_status
 from ssilbench.errors import PluginError, UnknownNameError
 from ssilbench.loggers.base import LoggedRun, make_loggers
 from ssilbench.loggers.tensorboard import TensorBoardLogger, read_events
-from ssilbench.runner.plan import build_plan
-from ssilbench.runner.results_db import ResultsStore
-from ssilbench.runner.spec import Sweep
+from ssilbench.planning.plan import build_plan
 from ssilbench.runner.sweep import run_sweep
 from ssilbench.runner.telemetry import RunView, SweepObserver
+from ssilbench.runs.spec import Sweep
+from ssilbench.runs.store import ResultsStore
 
 CPU = torch.device("cpu")
 MAZE = {"envs": ["maze:10x10"], "options": {"state": "position", "data": "states"},

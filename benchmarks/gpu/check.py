@@ -56,7 +56,7 @@ H100_TF32_FLOPS = 494e12
 
 
 def _task(plugins):
-    from ssilbench.runner.plan import TaskInfo
+    from ssilbench.planning.plan import TaskInfo
 
     env = plugins.environments.create("procgen")
     options = env.Options()
@@ -64,7 +64,7 @@ def _task(plugins):
 
 
 def _method(plugins, name: str, quick: bool):
-    from ssilbench.runner.plan import MethodInfo
+    from ssilbench.planning.plan import MethodInfo
 
     cls = plugins.methods.load(name)
     # bf16 with channels-last: lapo's fast_cuda (on by default), impala_bf16 for the others

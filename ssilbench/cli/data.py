@@ -15,7 +15,7 @@ from ssilbench.cli.options import (
 )
 from ssilbench.cli.tasks import configured_task, environment_options, expand_envs, parse_options
 from ssilbench.errors import UsageError
-from ssilbench.runner.run_options import comma_list
+from ssilbench.planning.values import comma_list
 
 
 @click.group()

@@ -41,7 +41,7 @@ def expert_train(state: State, env_id: str, steps, out, config, options, data_ro
                  device: str, threads) -> None:  # fmt: skip
     """Train (or resume) an expert policy for ENV_ID, checkpointing as it goes."""
     from ssilbench.api import provides
-    from ssilbench.runner.plan import parse_assignments, validate_model
+    from ssilbench.planning.values import parse_assignments, validate_model
 
     family, task_name, task = configured_task(state.plugins, env_id, options)
     if not provides(task, "train_expert") or task.ExpertConfig is None:

@@ -35,8 +35,8 @@ def results() -> None:
 def results_export(results: str, out: str, everything: bool, curves: bool) -> None:
     """Write the finished runs (every column) to OUT, one JSON object per line, sorted by run
     id: the same runs give the same bytes. OUT ending in .gz is gzip-compressed."""
-    from ssilbench.runner.exchange import export_results
-    from ssilbench.runner.results_db import STATUSES, ResultsStore
+    from ssilbench.runs.exchange import export_results
+    from ssilbench.runs.store import STATUSES, ResultsStore
 
     with ResultsStore.open_read_only(Path(results)) as store:
         count = export_results(store, Path(out), STATUSES if everything else ("done",), curves)
@@ -61,8 +61,8 @@ def results_merge(files: tuple[str, ...], results: str, prefer: str | None) -> N
     is written; then all files go in at once. Unfinished runs (running, interrupted) are
     recorded as interrupted: a later sweep runs them. Exit status 1 when conflicts were
     found and no --prefer chose between the copies; the merge is written either way."""
-    from ssilbench.runner.exchange import merge_files, read_export
-    from ssilbench.runner.results_db import ResultsStore, ensure_writable
+    from ssilbench.runs.exchange import merge_files, read_export
+    from ssilbench.runs.store import ResultsStore, ensure_writable
 
     batches = [(f, read_export(Path(f))) for f in files]  # every file checked before writing
     with ResultsStore(ensure_writable(Path(results))) as store:

@@ -22,7 +22,7 @@ from ssilbench.cli.options import (
     threads_option,
     yes_option,
 )
-from ssilbench.runner.run_options import EXECUTORS
+from ssilbench.planning.options import EXECUTORS
 
 if TYPE_CHECKING:
     from ssilbench.runner.launch import PreparedRun
@@ -159,8 +159,8 @@ plan = click.Command(
 
 def run_command(state: State, flags: dict[str, Any]) -> None:
     """``run`` (or ``plan``) with the flags click parsed: plan, then preview or execute."""
+    from ssilbench.planning.options import ExecutorSettings, RunOptions
     from ssilbench.runner.launch import execute_run, prepare_run, preview_run, save_timings
-    from ssilbench.runner.run_options import ExecutorSettings, RunOptions
 
     state.quiet = state.quiet or flags["quiet"]
     yes = flags.pop("yes")

@@ -19,7 +19,7 @@ from ssilbench.cli.options import (
 from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
-    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runs.records import RunRecord
 
 
 @click.command()
@@ -32,14 +32,14 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
     """Progress of the sweeps writing to a results store, from any machine that sees it:
     runs done, running (where, for how long), failed and to go, with an estimate of the
     time left."""
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.store import ResultsStore
     from ssilbench.train.checkpoint import CHECKPOINTS
 
     # The sweep file's runs by setup id (all but the data): found without opening a
     # dataset, and only those a sweep of the file would skip.
     planned: set[str] | None = None
     if sweep_file is not None:
-        from ssilbench.runner.sweepfile import load_blocks, planned_setups
+        from ssilbench.planning.sweepfile import load_blocks, planned_setups
 
         planned = planned_setups(state.plugins, load_blocks(Path(sweep_file), blocks), quick)
     elif quick or blocks is not None:
@@ -59,7 +59,8 @@ def progress_lines(
     sweep goes on from), and the time left at the last hour's rate."""
     import socket
 
-    from ssilbench.runner.results_db import STATUSES, is_stale
+    from ssilbench.runs.records import is_stale
+    from ssilbench.runs.store import STATUSES
 
     host = socket.gethostname()
     # Read the way the next sweep will: runs left by a process that is gone are interrupted.

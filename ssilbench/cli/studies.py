@@ -1,6 +1,6 @@
 """``ssilbench plot``, ``report`` and ``analyze``: figures and reports from the results
-store (``report`` also from results exports), over :mod:`ssilbench.leaderboard.studies` and
-:mod:`ssilbench.leaderboard.analysis_output`."""
+store (``report`` also from results exports), over :mod:`ssilbench.studies.study` and
+:mod:`ssilbench.studies.analysis_output`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ssilbench.cli.app import State
 from ssilbench.cli.options import quick_option, results_option, sweep_file_option
 from ssilbench.cli.outputs import guards_outputs
 from ssilbench.cli.tasks import expand_envs
-from ssilbench.runner.run_options import comma_list
+from ssilbench.planning.values import comma_list
 
 
 def study_options(command):
@@ -32,7 +32,7 @@ def study_options(command):
 @guards_outputs("out")
 def plot(state: State, sweeps, quick, results, out) -> None:
     """Draw each study's figure (score vs label budget per panel) from the results store."""
-    from ssilbench.leaderboard.studies import plot_study
+    from ssilbench.studies.study import plot_study
 
     for path in sweeps:
         for written in plot_study(state.plugins, path, results, quick, Path(out)):
@@ -57,7 +57,7 @@ def plot(state: State, sweeps, quick, results, out) -> None:
 def report(state: State, sweeps, quick, results, exports, out) -> None:
     """Write a replication report: figures, numbers and the paper's claims, checked. The runs
     come from a results store (--results) or from results exports (--from), exactly one."""
-    from ssilbench.leaderboard.studies import RunSource, write_report
+    from ssilbench.studies.study import RunSource, write_report
 
     # The default --results (or SSILBENCH_RESULTS) does not count: the command a report
     # prints must name where its runs came from, so one of the two is given explicitly.
@@ -111,7 +111,7 @@ def report(state: State, sweeps, quick, results, exports, out) -> None:
 def analyze(state: State, envs, results, out, method, baseline, by, entropy_budget) -> None:
     """The paper's Procgen analysis: return gap of METHOD over BASELINE by complexity class,
     and entropy gap vs return gap, from the results store."""
-    from ssilbench.leaderboard.analysis_output import analyze_store
+    from ssilbench.studies.analysis_output import analyze_store
 
     ids = comma_list(envs, "environment", "--env procgen:all")
     wanted = [f"{family}:{task}" for family, task in expand_envs(state.plugins, ids)]

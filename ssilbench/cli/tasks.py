@@ -12,21 +12,21 @@ from ssilbench.errors import UsageError
 def expand_envs(plugins: Any, env_ids: list[str]) -> list[tuple[str, str]]:
     """``(family, task)`` of each id, ``family:all`` expanded, as a sweep expands them."""
     # The planner's own expansion, so that an id means the same in every command.
-    from ssilbench.runner.plan import expand_envs
+    from ssilbench.planning.plan import expand_envs
 
     return expand_envs(plugins, env_ids)
 
 
 def parse_options(options: Iterable[str]) -> dict[str, Any]:
     """The values of ``-o KEY=VALUE`` flags."""
-    from ssilbench.runner.plan import parse_assignments
+    from ssilbench.planning.values import parse_assignments
 
     return parse_assignments(options, "--option")
 
 
 def environment_options(environment: Any, family: str, values: dict[str, Any]) -> Any:
     """The environment's Options model with ``values`` (from :func:`parse_options`), checked."""
-    from ssilbench.runner.plan import validate_model
+    from ssilbench.planning.values import validate_model
 
     return validate_model(environment.Options, values, f"options of environment '{family}'")
 

@@ -35,7 +35,7 @@ from ssilbench.data.download_unpack import ArchiveRejected, UnpackLimits, unpack
 from ssilbench.errors import os_error_message
 
 if TYPE_CHECKING:
-    from ssilbench.data.download import Manifest, Planned
+    from ssilbench.data.download_manifest import Manifest, Planned
 
 _CHUNK = 1 << 20
 

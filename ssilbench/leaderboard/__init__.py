@@ -1,1 +1,2 @@
-"""Leaderboards: results store -> one Table model -> renderers (Markdown, CSV, JSON)."""
+"""Leaderboards: recorded runs -> one Table model -> renderers (Markdown, CSV, JSON, LaTeX,
+HTML) and training curves."""

@@ -23,7 +23,7 @@ def store_table(
     probability that method label ``compare[0]`` beats ``compare[1]`` when given; ``latest``
     keeps, per cell, the runs like its most recently finished one (see ``build_table``)."""
     from ssilbench.leaderboard.table import build_table
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.store import ResultsStore
 
     with ResultsStore.open_read_only(Path(results)) as store:
         records = store.rows("done")

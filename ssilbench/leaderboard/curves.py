@@ -59,7 +59,7 @@ class CurveFilter:
 def load_curves(results: Path, which: CurveFilter | None = None) -> list[RunCurves]:
     """The finished runs of the store at ``results`` that ``which`` selects, with their
     curves; a UsageError when none is selected or none has curves."""
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.store import ResultsStore
 
     which = which or CurveFilter()
     if which.run is not None and len(which.run) < 6:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from html import escape
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.render import group_rows, interval_text
 from ssilbench.leaderboard.stats import SEED_INTERVAL
 from ssilbench.leaderboard.table import (
     Cell,
@@ -24,6 +23,8 @@ from ssilbench.leaderboard.table import (
     GroupTable,
     SuiteTable,
     Table,
+    group_rows,
+    interval_text,
     plugins_sentence,
 )
 

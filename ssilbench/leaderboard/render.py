@@ -15,6 +15,8 @@ from ssilbench.leaderboard.table import (
     GroupTable,
     SuiteTable,
     Table,
+    group_rows,
+    interval_text,
     plugin_rows,
     plugins_sentence,
 )
@@ -28,11 +30,6 @@ SUITE_NOTE = (
     f"within each task, seed {BOOTSTRAP_SEED}). AUC: mean IQM over the budgets on a log N_L "
     f"scale."
 )
-
-
-def interval_text(low: float | None, high: float | None) -> str:
-    """' [low, high]' of a cell's interval, or nothing for a single seed."""
-    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
 
 
 def _fmt_cell(cell: Cell | None) -> str:
@@ -128,13 +125,6 @@ def to_markdown(table: Table) -> str:
             "bootstrap interval.\n"
         )
     return "\n".join(parts)
-
-
-def group_rows(g: GroupTable, t: EnvTable) -> list[tuple[str, str, list[Cell | None]]]:
-    """The rows of a group table: (method, budget, [the environment's cell, then each
-    group's]) per budget and method that has the environment's cell."""
-    return [(m, b, [t.cell(m, b), *(g.cell(m, b, x) for x in g.groups)])
-            for b in g.budgets for m in g.methods if t.cell(m, b) is not None]  # fmt: skip
 
 
 def _groups_markdown(g: GroupTable, t: EnvTable) -> str:

@@ -36,7 +36,7 @@ from ssilbench.leaderboard.aggregate import (
 from ssilbench.leaderboard.stats import seed_interval
 
 if TYPE_CHECKING:
-    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runs.records import RunRecord
 
 
 @dataclass
@@ -449,3 +449,15 @@ def _suites(tables: list[EnvTable], values, metric: str) -> list[SuiteTable]:
                 suite.profile[method] = performance_profile([p for p in per_task if p])
         out.append(suite)
     return out
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    """' [low, high]' of a cell's interval, or nothing for a single seed."""
+    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+
+
+def group_rows(g: GroupTable, t: EnvTable) -> list[tuple[str, str, list[Cell | None]]]:
+    """The rows of a group table: (method, budget, [the environment's cell, then each
+    group's]) per budget and method that has the environment's cell."""
+    return [(m, b, [t.cell(m, b), *(g.cell(m, b, x) for x in g.groups)])
+            for b in g.budgets for m in g.methods if t.cell(m, b) is not None]  # fmt: skip

@@ -18,8 +18,9 @@ from ssilbench.api import Stage
 from ssilbench.data.datasets import DatasetNotBuilt
 from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import SsilbenchError
-from ssilbench.runner.plan import Problem, SweepPlan, TaskInfo, dataset_problem_lines
-from ssilbench.runner.spec import RunSpec
+from ssilbench.planning.plan import SweepPlan, TaskInfo
+from ssilbench.planning.problems import Problem, dataset_problem_lines
+from ssilbench.runner.schedule import execution_units, stage_identities
 from ssilbench.runner.timings import (
     MAX_LABELED,
     Measurement,
@@ -27,30 +28,8 @@ from ssilbench.runner.timings import (
     measure,
     measurement_key,
 )
-from ssilbench.runner.worker import stage_scope
-from ssilbench.train.memo import StageCache, share_identity
-
-
-def _identities(plan: SweepPlan, index: int) -> list[tuple[Stage, str | None]]:
-    spec = plan.runs[index]
-    scope = stage_scope(spec, plan.task_of(spec))
-    return [
-        (s, share_identity(s, scope) if s.share else None)
-        for s in plan.stages[plan.runs[index].run_id]
-        if s.steps > 0
-    ]
-
-
-def leaders_first(plan: SweepPlan, units: list[list[int]]) -> list[list[int]]:
-    """Units in an order where the first unit to need each shared stage comes before every
-    other unit that needs it (the others then find it trained, or wait less)."""
-    seen: set[str] = set()
-    leaders, followers = [], []
-    for unit in units:
-        shared = {identity for i in unit for _, identity in _identities(plan, i) if identity}
-        (leaders if shared - seen else followers).append(unit)
-        seen |= shared
-    return leaders + followers
+from ssilbench.runs.spec import RunSpec
+from ssilbench.train.memo import StageCache
 
 
 @dataclass
@@ -102,7 +81,7 @@ class DryRun:
     """The keys of the measurements made by this dry run (the others were kept)."""
     by_design: int = 0
     """Of ``done``: runs whose dataset is not built yet, found recorded by setup id (all
-    but the data, :attr:`~ssilbench.runner.spec.RunSpec.setup_id`)."""
+    but the data, :attr:`~ssilbench.runs.spec.RunSpec.setup_id`)."""
 
     @property
     def wall_seconds(self) -> float | None:
@@ -412,7 +391,6 @@ def dry_run(
     hold: it counts as recorded when its setup id is in ``done_designs``.
     Step times are taken from ``timings`` (unless ``remeasure``) or measured now and added
     to it (with ``measure_missing``), ``steps`` steps of each stage."""
-    from ssilbench.runner.sweep import execution_units
     from ssilbench.runner.timings import device_description
 
     pending, by_design = pending_runs(plan, done_ids, done_designs or set())
@@ -465,7 +443,7 @@ def dry_run(
         task = plan.task_of(spec)
         span = spans.get(_span_key(plan, spec))
         m = measured(index, 1, span[0] if span else None)
-        for stage, identity in _identities(plan, index):
+        for stage, identity in stage_identities(plan, index):
             work = works.setdefault(
                 (spec.method, stage.name),
                 StageWork(spec.method, stage.name, stage.steps, stage.share is not None),
@@ -526,7 +504,7 @@ def recorded(
     """(the run ids a sweep of ``plan`` would skip: done runs, and failed ones unless they are
     to be retried; their setup ids, read only when some run of ``plan`` has no data
     fingerprint yet)."""
-    from ssilbench.runner.results_db import read_designs, read_statuses
+    from ssilbench.runs.store import read_designs, read_statuses
 
     skipped = ("done",) if retry_failed else ("done", "failed")
     done = {r for r, status in read_statuses(results_dir).items() if status in skipped}

@@ -24,7 +24,7 @@ from ssilbench.runner.sweep import work_unit
 from ssilbench.runner.units import Executor, ExecutorLost, PoolSetup, Unit, WorkerResult
 
 if TYPE_CHECKING:
-    from ssilbench.runner.run_options import ExecutorSettings
+    from ssilbench.planning.options import ExecutorSettings
 
 INSTALL = "install it with: pip install 'ssilbench[cluster]'"
 

@@ -18,17 +18,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ssilbench.errors import PreflightError, SsilbenchError
-from ssilbench.runner.run_options import RunOptions
+from ssilbench.planning.options import RunOptions
 
 if TYPE_CHECKING:
     import torch
 
+    from ssilbench.planning.plan import SweepPlan, TaskInfo
     from ssilbench.plugins import Plugins
     from ssilbench.runner.dryrun import DryRun
-    from ssilbench.runner.plan import SweepPlan, TaskInfo
-    from ssilbench.runner.spec import Sweep
     from ssilbench.runner.sweep import SweepSummary
     from ssilbench.runner.timings import Timings
+    from ssilbench.runs.spec import Sweep
 
 
 SMALL_FLOPS = 10_000_000
@@ -71,9 +71,9 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     (made and proved writable unless this is a dry run, which writes nothing). The sweep is
     resolved first, so that a mistake in it leaves nothing behind; the folder is checked
     next, before datasets are built (which may take long)."""
-    from ssilbench.runner.plan import prepare, resolve_plan
-    from ssilbench.runner.results_db import ensure_writable
-    from ssilbench.runner.sweepfile import load_blocks, plan_blocks
+    from ssilbench.planning.plan import prepare, resolve_plan
+    from ssilbench.planning.sweepfile import load_blocks, plan_blocks
+    from ssilbench.runs.store import ensure_writable
 
     def results_dir() -> Path:
         return options.results if options.dry_run else ensure_writable(options.results)
@@ -170,7 +170,7 @@ def _largest_network(plan: SweepPlan, plugins: Plugins) -> tuple[float, str, boo
     (method, task)'s architectures counted by :func:`forward_flops`. Where none can be
     counted, observations of LARGE_OBS numbers or more stand in for a large network
     (counted False)."""
-    from ssilbench.runner.plan import architecture_names
+    from ssilbench.planning.plan import architecture_names
 
     sizes: dict[tuple[str, tuple[int, ...], int], float | None] = {}
     best: tuple[float, str, bool] | None = None
@@ -244,9 +244,9 @@ def execute_run(
 ) -> SweepSummary:
     """Execute the runs not recorded yet into the results store; ``plugin_flags`` let worker
     processes load the same plugins, ``on_progress(event, text)`` follows the sweep."""
-    from ssilbench.runner.results_db import ResultsStore
     from ssilbench.runner.sweep import PoolSetup, run_sweep
     from ssilbench.runner.worker import RunStorage
+    from ssilbench.runs.store import ResultsStore
     from ssilbench.train.checkpoint import CHECKPOINTS
 
     options, results_dir = prepared.options, prepared.results_dir
@@ -345,7 +345,7 @@ def _random_state_kept(device: torch.device) -> Iterator[None]:
 
 def save_timings(timings: Timings, results_dir: Path) -> None:
     """Keep measured step times in the results folder for later plans."""
-    from ssilbench.runner.results_db import ensure_writable
+    from ssilbench.runs.store import ensure_writable
 
     ensure_writable(results_dir)
     timings.save()

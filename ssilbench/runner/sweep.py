@@ -23,11 +23,10 @@ from typing import Any
 import torch
 
 from ssilbench.errors import SsilbenchError
+from ssilbench.planning.plan import SweepPlan, open_datasets
+from ssilbench.planning.values import display_label
 from ssilbench.plugins import Plugins
-from ssilbench.runner.dryrun import leaders_first
-from ssilbench.runner.plan import SweepPlan, display_label, open_datasets
-from ssilbench.runner.results_db import ResultsStore
-from ssilbench.runner.spec import RunSpec
+from ssilbench.runner.schedule import execution_units, leaders_first
 from ssilbench.runner.telemetry import (
     SweepObserver,
     drained,
@@ -50,6 +49,8 @@ from ssilbench.runner.worker import (
     execute_many,
     versions,
 )
+from ssilbench.runs.spec import RunSpec
+from ssilbench.runs.store import ResultsStore
 
 
 @dataclass
@@ -76,46 +77,6 @@ def run_label(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
         display_label(spec.method, spec.config, method.cls.Config),
         display_label(spec.env, spec.options, type(task.options)),
     )
-
-
-MAX_GROUP = 64  # runs stacked into one computation at most
-
-
-def groups(plan: SweepPlan, pending: list[int], by_budget: bool = False) -> list[list[int]]:
-    """Pending runs in execution units: runs of a batched method that share the task, the
-    config and the step settings go together (budgets and seeds differ); others alone.
-    ``by_budget``: each label budget a unit of its own, so that a pool's workers share
-    what one process would train as one unit."""
-    limit = MAX_GROUP
-    units: dict[tuple, list[int]] = {}
-    out: list[list[int]] = []
-    for index in pending:
-        spec = plan.runs[index]
-        if not plan.method_of(spec).cls.batched:
-            out.append([index])
-            continue
-        key = (SweepPlan.method_key(spec.method, spec.config), SweepPlan.task_key(spec), spec.steps,
-               spec.eval_every, spec.stop_early, spec.budget if by_budget else None)  # fmt: skip
-        unit = units.setdefault(key, [])
-        if not unit:
-            out.append(unit)
-        unit.append(index)
-        if len(unit) == limit:
-            del units[key]
-    return out
-
-
-def execution_units(
-    plan: SweepPlan, pending: list[int], workers: int, stack: bool | None, executor: bool
-) -> list[list[int]]:
-    """The units a sweep runs ``pending`` in (see :func:`run_sweep`'s ``stack``)."""
-    # Measured on the README's job (2 cores): parallel workers beat stacking small runs,
-    # so by default a pool takes runs one at a time. Asked to stack, a pool splits units by
-    # budget: on one GPU, many processes of stacked runs are what keep it busy.
-    pooled = workers > 1 and not executor
-    if stack is None:
-        stack = not pooled
-    return groups(plan, pending, by_budget=pooled) if stack else [[i] for i in pending]
 
 
 def _execute(

@@ -37,7 +37,7 @@ import torch
 from ssilbench.api import EnvSpec
 from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.tensors import as_model_input
-from ssilbench.runner.plan import MethodInfo, TaskInfo
+from ssilbench.planning.plan import MethodInfo, TaskInfo
 from ssilbench.runner.worker import RunInputs
 from ssilbench.train.budget import StageBudget, StagePlan
 

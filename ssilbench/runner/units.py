@@ -1,7 +1,7 @@
 """What travels between a sweep and the processes that run its units, wherever they are.
 
 A *unit* is one run, or runs stacked into one computation, given by their prepared
-:class:`~ssilbench.runner.spec.RunSpec` s: a worker needs nothing else (and the
+:class:`~ssilbench.runs.spec.RunSpec` s: a worker needs nothing else (and the
 :class:`PoolSetup`) to run them. Each run comes back as one :class:`WorkerResult`.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ssilbench.runner.results_db import RunOutcome
-from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.worker import RunStorage
+from ssilbench.runs.records import RunOutcome
+from ssilbench.runs.spec import RunSpec
 
 Unit = list[RunSpec]
 

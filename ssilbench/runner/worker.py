@@ -20,11 +20,11 @@ from ssilbench.data.split import LabeledView, UnlabeledView, split
 from ssilbench.errors import UsageError
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
+from ssilbench.planning.plan import MethodInfo, SweepPlan, TaskInfo, architecture_names
 from ssilbench.plugins import Plugins
-from ssilbench.runner.plan import MethodInfo, SweepPlan, TaskInfo, architecture_names
-from ssilbench.runner.results_db import RunOutcome
-from ssilbench.runner.spec import RunSpec
 from ssilbench.runner.telemetry import RunTelemetry, current_sink
+from ssilbench.runs.records import RunOutcome
+from ssilbench.runs.spec import RunSpec
 from ssilbench.train.budget import StagePlan, check_stages
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import seed_everything, stopping_rule

@@ -83,7 +83,7 @@ def test_spec_of_every_task():
 
 def test_every_spec_declares_its_action_layout_outside_the_protocol():
     """The action layout (for UVA's 6-D rotation) is metadata: descriptive, left out of the
-    protocol fingerprint (ssilbench.runner.identity, metadata excluded), so declaring it kept
+    protocol fingerprint (ssilbench.runs.identity, metadata excluded), so declaring it kept
     every libero10 fingerprint and run id. The values are those from before the declaration."""
     environment = Libero10Environment()
     layout = {"position": [0, 1, 2], "axis_angle": [3, 4, 5], "gripper": [6]}

@@ -35,8 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import SsilbenchError, UsageError, safe_file_name
-from ssilbench.runner.run_options import MAX_STEPS
-from ssilbench.runner.spec import Seed, Steps, StopEarly, Sweep, check_json
+from ssilbench.runs.spec import MAX_STEPS, Seed, Steps, StopEarly, Sweep, check_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -205,7 +204,7 @@ class QuickOverrides(BaseModel):
 
 class Claim(BaseModel):
     """A statement of the paper, checked against a study's results on its seeds
-    (``ssilbench.leaderboard.report``: one-sided tests at level 0.05, paired by seed where
+    (``ssilbench.studies.report``: one-sided tests at level 0.05, paired by seed where
     both methods ran the same seeds; the verdict is held, not held, not established or not
     checked).
 
@@ -363,7 +362,7 @@ def select_blocks(sweep_file: SweepFile, path: Path, names: list[str]) -> SweepF
 def load_blocks(path: Path, blocks: str | None) -> SweepFile:
     """The sweep file at ``path`` with only the blocks of a ``--blocks`` value (names or
     panels, comma-separated; None: every block)."""
-    from ssilbench.runner.run_options import comma_list
+    from ssilbench.planning.values import comma_list
 
     names = [] if blocks is None else comma_list(blocks, "block", "--blocks positions")
     return select_blocks(load_sweep_file(path), path, names)
@@ -376,7 +375,7 @@ def plan_blocks(
     """One checked plan for every block of the file; errors name the file and the block
     (``datasets``: as for ``build_plan``; ``data_root`` None: resolved only, no dataset
     opened)."""
-    from ssilbench.runner.plan import SweepPlan, build_plan, resolve_plan
+    from ssilbench.planning.plan import SweepPlan, build_plan, resolve_plan
 
     plan = SweepPlan(runs=[])
     sweeps = []
@@ -404,7 +403,8 @@ def panel_cells(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, PanelC
     panel (the block's panel, the environment, and the values of the block's list-valued
     options), the method's label and the budget. Resolved without opening a dataset or
     needing a simulator."""
-    from ssilbench.runner.plan import display_label, resolve_plan
+    from ssilbench.planning.plan import resolve_plan
+    from ssilbench.planning.values import display_label
 
     cells: dict[str, PanelCell] = {}
     for block in sweep_file.blocks(quick):
@@ -424,7 +424,7 @@ def planned_setups(plugins, sweep_file: SweepFile, quick: bool) -> set[str]:
     """The setup ids (:attr:`RunSpec.setup_id`: all but the data) of the file's runs as
     this installation plans them, resolved without opening a dataset: a recorded run with
     one of these ids is one a sweep of the file skips."""
-    from ssilbench.runner.plan import resolve_plan
+    from ssilbench.planning.plan import resolve_plan
 
     return {spec.setup_id for block in sweep_file.blocks(quick) for sweep in block.sweeps()
             for spec in resolve_plan(plugins, sweep).runs}  # fmt: skip

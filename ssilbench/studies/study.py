@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 from ssilbench.errors import UsageError, safe_file_name
 
 if TYPE_CHECKING:
-    from ssilbench.leaderboard.figures import Panel
+    from ssilbench.planning.sweepfile import PanelCell, SweepFile
     from ssilbench.plugins import Plugins
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.sweepfile import PanelCell, SweepFile
+    from ssilbench.runs.records import RunRecord
+    from ssilbench.studies.figures import Panel
 
 
 def study_panels(
@@ -28,7 +28,7 @@ def study_panels(
 ) -> tuple[SweepFile, dict[str, PanelCell]]:
     """A sweep file, and the design id of each of its runs -> the cell it is drawn in
     (found without opening a dataset)."""
-    from ssilbench.runner.sweepfile import load_sweep_file, panel_cells
+    from ssilbench.planning.sweepfile import load_sweep_file, panel_cells
 
     sweep_file = load_sweep_file(Path(path))
     return sweep_file, panel_cells(plugins, sweep_file, quick)
@@ -82,11 +82,11 @@ class RunSource:
         """The finished runs. Exports may overlap (a run is kept once); two finished copies
         of a run with different results are refused, as a merge would report them."""
         if self.results is not None:
-            from ssilbench.runner.results_db import ResultsStore
+            from ssilbench.runs.store import ResultsStore
 
             with ResultsStore.open_read_only(Path(self.results)) as store:
                 return store.rows("done")
-        from ssilbench.runner.exchange import read_export, same_result
+        from ssilbench.runs.exchange import read_export, same_result
 
         runs: dict[str, tuple[str, RunRecord]] = {}
         for name in self.exports:
@@ -136,7 +136,7 @@ def load_study(
 ) -> tuple[SweepFile, list[Panel]]:
     """A sweep file and the panels of its finished runs in the store at ``results``; no
     finished run is a UsageError unless ``allow_empty``."""
-    from ssilbench.leaderboard.figures import collect
+    from ssilbench.studies.figures import collect
 
     records = RunSource(results=results).records()
     sweep_file, cells, runs = study_runs(plugins, path, quick, records)
@@ -253,7 +253,7 @@ def figure_name(sweep_file: SweepFile, quick: bool) -> str:
 
 def draw_study(sweep_file: SweepFile, panels: list[Panel], quick: bool, folder: Path) -> list[Path]:
     """Draw the study's figure into ``folder``; the files written (PNG, SVG)."""
-    from ssilbench.leaderboard.figures import draw
+    from ssilbench.studies.figures import draw
 
     return draw(panels, sweep_file.title or sweep_file.name, sweep_file.metric,
                 sweep_file.x_label, folder / figure_name(sweep_file, quick))  # fmt: skip
@@ -271,9 +271,9 @@ def write_report(
     """Write the replication report of the studies in ``paths`` to ``out`` (Markdown), with
     their figures in a ``figures`` folder beside it; (report, figures folder). The report
     depends only on the sweep files and the runs: not on the time, nor on where it is."""
-    from ssilbench.leaderboard.figures import collect
     from ssilbench.leaderboard.render import write_replacing
-    from ssilbench.leaderboard.report import NOT_CHECKED, OUTCOMES, RULES, study_section
+    from ssilbench.studies.figures import collect
+    from ssilbench.studies.report import NOT_CHECKED, OUTCOMES, RULES, study_section
 
     target = Path(out)
     figures = target.parent / "figures"

@@ -51,8 +51,7 @@ import numpy as np
 
 from ssilbench.data.split import budget_sort_key
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.figures import Panel, Series
-from ssilbench.leaderboard.render import interval_text, md_escape
+from ssilbench.leaderboard.render import md_escape
 from ssilbench.leaderboard.stats import (
     SEED_INTERVAL,
     Cell,
@@ -62,7 +61,9 @@ from ssilbench.leaderboard.stats import (
     paired_t,
     welch_t,
 )
-from ssilbench.runner.sweepfile import Claim, SweepFile
+from ssilbench.leaderboard.table import interval_text
+from ssilbench.planning.sweepfile import Claim, SweepFile
+from ssilbench.studies.figures import Panel, Series
 
 ALPHA = 0.05
 EPS = 1e-9

@@ -24,8 +24,8 @@ from pydantic import (
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
-from ssilbench.runner.results_db import RunRecord
-from ssilbench.runner.spec import MAX_INT, RunSpec, check_json, run_id_of
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.spec import MAX_INT, RunSpec, check_json, run_id_of
 
 MAX_MAGNITUDE = 1e15
 """Scores, metrics and times lie within ±1e15: the statistics over larger numbers overflow."""

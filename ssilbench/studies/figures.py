@@ -15,8 +15,8 @@ from ssilbench.leaderboard.stats import seed_interval
 from ssilbench.outputs import atomic_path
 
 if TYPE_CHECKING:
-    from ssilbench.runner.results_db import RunRecord
-    from ssilbench.runner.sweepfile import PanelCell
+    from ssilbench.planning.sweepfile import PanelCell
+    from ssilbench.runs.records import RunRecord
 
 
 @dataclass
@@ -68,7 +68,7 @@ def collect(
     records: list[RunRecord], cells: dict[str, PanelCell], metric: str, display
 ) -> list[Panel]:
     """Group finished run records into panels (``cells``: design id -> where its runs are
-    drawn, from :func:`ssilbench.runner.sweepfile.panel_cells`); each series knows the
+    drawn, from :func:`ssilbench.planning.sweepfile.panel_cells`); each series knows the
     budgets planned for it. Methods and values keep the order of ``records``."""
     panels: dict[str, Panel] = {}
     for record in records:

@@ -30,7 +30,7 @@ from ssilbench.leaderboard.stats import bootstrap_gap, mean_ci95, t_test_p
 
 if TYPE_CHECKING:
     from ssilbench.plugins import Plugins
-    from ssilbench.runner.results_db import RunRecord
+    from ssilbench.runs.records import RunRecord
 
 POLICY_ENTROPY = "policy_entropy"  # names written by ssilbench.eval.diagnostics
 IDM_ENTROPY = "idm_entropy"
@@ -116,8 +116,8 @@ def metadata_from_registry(plugins: Plugins) -> Callable[[RunRecord], dict[str, 
     environment registry (cached per environment and options)."""
     import json
 
+    from ssilbench.planning.values import validate_model
     from ssilbench.registry import split_env_id
-    from ssilbench.runner.plan import validate_model
 
     cache: dict[tuple[str, str], dict[str, Any]] = {}
 

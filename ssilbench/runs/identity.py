@@ -1,6 +1,6 @@
 """What besides its names and settings decides a run's result, as short fingerprints.
 
-A run's identity (:attr:`ssilbench.runner.spec.RunSpec.run_id`) hashes its spec, and the
+A run's identity (:attr:`ssilbench.runs.spec.RunSpec.run_id`) hashes its spec, and the
 spec carries these fingerprints, so that a plugin that changes its evaluation protocol, a
 dataset that is regenerated or imported again, a new release of a plugin, or other code
 of a plugin at the same release makes new runs instead of silently mixing old and new rows

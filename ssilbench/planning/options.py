@@ -12,17 +12,18 @@ reported before anything is planned, claimed or written.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ssilbench.errors import UsageError
+from ssilbench.planning.values import comma_list, parse_seeds
+from ssilbench.runs.spec import MAX_STEPS
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from ssilbench.runner.spec import Sweep
+    from ssilbench.runs.spec import Sweep
 
 EXECUTORS = ("local", "ray", "slurm")
 THREAD_SETTINGS = ("auto", "torch")
@@ -30,49 +31,7 @@ THREAD_SETTINGS = ("auto", "torch")
 (``ssilbench.runner.launch.choose_threads``), ``torch`` leaves torch's own default."""
 
 
-MAX_SEED = 2**63 - 1
-"""Seeds are whole numbers 0 <= seed <= MAX_SEED: the results store keeps them as signed
-64-bit integers, and the random generators take them whole."""
-MAX_STEPS = 10**9
-"""The most training steps one run may ask for (``--steps``, ``steps`` in a sweep file, or
-what ``--steps-scale`` makes of an environment's default), and the largest evaluation or
-checkpoint interval: far beyond any benchmark run, and low enough that a mistyped number is
-refused instead of training until it is killed."""
 MAX_PROCESSES = 1024  # --workers and --threads: more is a typo, not a machine
-_INTEGER = re.compile(r"-?[0-9]+")
-
-
-def comma_list(text: str, what: str, example: str) -> list[str]:
-    """The items of a comma-separated flag value, duplicates removed, order kept; ``what``
-    and ``example`` name the list in the message. An empty list, an empty item between two
-    commas (a,,b: an item left out) and text that is not valid Unicode are refused; one
-    trailing comma is allowed."""
-    parts = [part.strip() for part in text.split(",")]
-    if not any(parts):
-        raise UsageError(f"The {what} list is empty: write e.g. {example}.")
-    if not all(parts[:-1]):
-        raise UsageError(f"The {what} list {text!r} has an empty item (two commas in a row, "
-                         f"or a comma first): write e.g. {example}.")  # fmt: skip
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UsageError(f"The {what} list {text!r} is not valid Unicode text.") from None
-    return list(dict.fromkeys(filter(None, parts)))
-
-
-def parse_seeds(text: str) -> list[int]:
-    """The integer seeds of a ``--seeds`` value, duplicates removed, order kept; each a whole
-    number written in ASCII digits, 0 <= seed <= 2^63 - 1."""
-    seeds = []
-    for item in comma_list(text, "seed", "--seeds 0,1,2"):
-        if not _INTEGER.fullmatch(item):
-            raise UsageError(f"Seed {item!r} is not an integer: write e.g. --seeds 0,1,2.")
-        digits = item.lstrip("-").lstrip("0") or "0"  # int() refuses over 4300 digits
-        if item.startswith("-") and digits != "0" or len(digits) > 19 or int(digits) > MAX_SEED:
-            raise UsageError(f"Seed {item} is out of range: seeds are whole numbers from 0 to "
-                             f"2^63 - 1 ({MAX_SEED}); write e.g. --seeds 0,1,2.")  # fmt: skip
-        seeds.append(int(digits))
-    return list(dict.fromkeys(seeds))
 
 
 def _whole(value: object, flag: str, high: int | None = None, what: str = "") -> None:
@@ -266,7 +225,7 @@ class RunOptions:
     def _check_sweep_file(self) -> None:
         """Read and check the sweep file, its --blocks and its [quick] section now, so that a
         mistake in it is reported before the results folder is made."""
-        from ssilbench.runner.sweepfile import load_blocks
+        from ssilbench.planning.sweepfile import load_blocks
 
         load_blocks(Path(self.sweep_file or ""), self.blocks).blocks(self.quick)
 
@@ -281,8 +240,8 @@ class RunOptions:
         from pydantic import ValidationError
 
         from ssilbench.data.split import parse_budgets
-        from ssilbench.runner.plan import parse_assignments
-        from ssilbench.runner.spec import Sweep
+        from ssilbench.planning.values import parse_assignments
+        from ssilbench.runs.spec import Sweep
 
         if self.sweep_file is not None:
             raise UsageError("A run of a sweep file takes its sweeps from the file.")

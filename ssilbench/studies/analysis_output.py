@@ -13,8 +13,8 @@ from ssilbench.errors import UsageError
 from ssilbench.outputs import write_atomic
 
 if TYPE_CHECKING:
-    from ssilbench.leaderboard.analysis import Analysis
     from ssilbench.plugins import Plugins
+    from ssilbench.studies.analysis import Analysis
 
 
 def writable_folder(folder: Path) -> Path:
@@ -45,8 +45,8 @@ def file_names(family: str, method: str, baseline: str, by: str) -> tuple[str, s
 def write_analysis(result: Analysis, folder: Path, family: str, report: str) -> list[Path]:
     """Write the figures, the CSV tables and ``report`` (the Markdown) into ``folder``; the
     files written."""
-    from ssilbench.leaderboard import analysis_report as ar
-    from ssilbench.leaderboard.analysis_figures import complexity_figure, stochasticity_figure
+    from ssilbench.studies import analysis_report as ar
+    from ssilbench.studies.analysis_figures import complexity_figure, stochasticity_figure
 
     stem, tag = file_names(family, result.method, result.baseline, result.by)
     hint = "Choose another folder with --out DIR."
@@ -78,9 +78,9 @@ def analyze_store(
     key ``by``; (the Markdown report, the files written into ``out``)."""
     from ssilbench.data.split import parse_budget
     from ssilbench.errors import did_you_mean
-    from ssilbench.leaderboard import analysis as an
-    from ssilbench.leaderboard.analysis_report import to_markdown
-    from ssilbench.runner.results_db import ResultsStore
+    from ssilbench.runs.store import ResultsStore
+    from ssilbench.studies import analysis as an
+    from ssilbench.studies.analysis_report import to_markdown
 
     budget = parse_budget(entropy_budget) if entropy_budget is not None else None
     with ResultsStore.open_read_only(Path(results)) as store:

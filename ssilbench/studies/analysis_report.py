@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
-from ssilbench.leaderboard.analysis import IDM_ENTROPY, POLICY_ENTROPY, Analysis
 from ssilbench.leaderboard.render import SafeWriter, md_escape
+from ssilbench.studies.analysis import IDM_ENTROPY, POLICY_ENTROPY, Analysis
 
 
 def _f(value: float | None, digits: int = 3) -> str:

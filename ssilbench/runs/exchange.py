@@ -23,8 +23,9 @@ from pathlib import Path
 import ssilbench
 from ssilbench.errors import UsageError
 from ssilbench.outputs import check_output, results_store, write_atomic
-from ssilbench.runner.merge_check import check_run
-from ssilbench.runner.results_db import ResultsStore, RunRecord
+from ssilbench.runs.merge_check import check_run
+from ssilbench.runs.records import RunRecord
+from ssilbench.runs.store import ResultsStore
 
 FORMAT = "ssilbench-results"
 VERSION = 2

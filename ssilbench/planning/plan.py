@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
 from ssilbench.data.datasets import DatasetNotBuilt, TransitionStore, read_only, task_dataset
@@ -32,123 +32,22 @@ from ssilbench.errors import (
     did_you_mean,
     unknown,
 )
+from ssilbench.planning.problems import Problem, describe_problems
+from ssilbench.planning.values import validate_model
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
-from ssilbench.runner.identity import (
+from ssilbench.runs.identity import (
     dataset_fingerprint,
     plugin_code,
     plugin_versions,
     protocol_fingerprint,
 )
-from ssilbench.runner.spec import (
+from ssilbench.runs.spec import (
     SPEC_VERSION,
     RunSpec,
     Sweep,
-    check_json,
-    check_numbers,
-    has_negative_zero,
-    read_json,
 )
 from ssilbench.train.budget import StepParityError, check_stages
-
-
-def parse_value(text: str, where: str = "The value") -> Any:
-    """A CLI value: JSON where it parses (numbers, true/false, null, lists, objects), else
-    the string. ``where`` names the value in the UsageError for JSON that parses to
-    something no setting can hold: Infinity, NaN or a number too large for a float (1e400),
-    an integer beyond ±2^63, an object with a key twice, text that is not valid Unicode. What
-    it returns is canonical JSON data (:func:`~ssilbench.runner.spec.check_json`), so it
-    survives ``json.dumps`` and reads back equal."""
-    try:
-        return check_json(read_json(text, default=text), "it")  # plain text: a name, e.g. lc
-    except ValueError as exc:
-        raise UsageError(f"{where}: {exc}.") from None
-
-
-def parse_assignments(items: typing.Iterable[str], flag: str) -> dict[str, Any]:
-    """``KEY=VALUE`` items of a repeatable flag (``--config``, ``--option``) as a dict; each
-    value read by :func:`parse_value`. A key given twice with different values is refused."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}.")
-        try:
-            check_json(key, "the key")
-        except ValueError as exc:
-            raise UsageError(f"{flag} {item!r}: {exc}.") from None
-        parsed = parse_value(value.strip(), f"{flag} {key}={value.strip()}")
-        if key in out and _text(out[key]) != _text(parsed):  # not ==: 1 == true in Python
-            raise UsageError(
-                f"{flag} gives {key} twice ({key}={json.dumps(out[key])} and "
-                f"{key}={json.dumps(parsed)}): give it once."
-            )
-        out[key] = parsed
-    return out
-
-
-def _text(value: Any) -> str:
-    return json.dumps(value, sort_keys=True)
-
-
-def format_validation(error: ValidationError, what: str, model: type[BaseModel]) -> str:
-    """One message for every problem pydantic found in ``what`` (a config or options
-    model): each names its key, unknown keys get the closest valid one."""
-    fields = sorted(model.model_fields)
-    parts = []
-    for err in error.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}")
-        else:
-            parts.append(f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})")
-    return _invalid(what, parts, fields)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _invalid(what: str, parts: list[str], fields: list[str]) -> str:
-    valid = ", ".join(fields) if fields else "(none)"
-    return (
-        f"Invalid {what}: "
-        + " ".join(p if p.endswith((".", "?")) else p + "." for p in parts)
-        + f" Valid keys: {valid}."
-    )
-
-
-def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) -> BaseModel:
-    """``values`` validated by ``model`` (a method config, environment or architecture
-    options), or a ConfigError naming every bad key. Beyond the model's own rules it refuses
-    what pydantic would let through: a non-finite float (pydantic reads "inf" and "nan" as
-    floats, and would write them as null), an integer beyond ±2^63, and true/false given
-    for a number (pydantic reads true as 1). A -0.0 the model made (from "-0") becomes
-    0.0, as :class:`~ssilbench.runner.spec.RunSpec` stores it."""
-    try:
-        checked = model.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigError(format_validation(exc, what, model)) from None
-    dumped = checked.model_dump()
-    parts = [
-        f"'{key}' takes a number, not {json.dumps(raw)}"
-        for key, raw in values.items()
-        if isinstance(raw, bool)
-        and isinstance(dumped.get(key), int | float)
-        and not isinstance(dumped.get(key), bool)
-    ]
-    for key, value in dumped.items():
-        try:
-            check_numbers(value, f"'{key}'")
-        except ValueError as exc:
-            parts.append(str(exc))
-    if parts:
-        raise ConfigError(_invalid(what, parts, sorted(model.model_fields)))
-    if has_negative_zero(dumped):
-        checked = model.model_validate(check_json(checked.model_dump(mode="json"), "values"))
-    return checked
 
 
 def architecture_options_fields(config_model: type[BaseModel]) -> dict[str, str]:
@@ -520,88 +419,6 @@ def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> Swee
     return out
 
 
-@dataclass
-class Problem:
-    """One thing a sweep needs that is missing or wrong, found by :func:`prepare`."""
-
-    kind: str  # "simulator" (an extra or a simulator), "dataset" or "budget"
-    env: str  # family:task
-    error: SsilbenchError
-    task: TaskInfo | None = None
-
-
-_HEADINGS = {
-    "simulator": "Simulators and extras (needed for the rollouts; --no-rollouts runs without)",
-    "dataset": "Datasets (under {root})",
-    "budget": "Label budgets",
-}
-
-
-def describe_problems(problems: list[Problem], data_root: Path) -> str:
-    """One message for every problem :func:`prepare` found: grouped by kind, the tasks that
-    share a message listed once, and the datasets of one family that all miss for the same
-    reason shown by the first one's message (which names the commands that fix it)."""
-    counts = {kind: sum(p.kind == kind for p in problems) for kind in _HEADINGS}
-    # Tasks that miss the same simulator (one message) miss one thing.
-    counts["simulator"] = len({str(p.error) for p in problems if p.kind == "simulator"})
-    found = ", ".join(
-        f"{n} {what}{'s' * (n > 1)}"
-        for n, what in (
-            (counts["simulator"], "simulator or extra"),
-            (counts["dataset"], "dataset"),
-            (counts["budget"], "label budget"),
-        )
-        if n
-    )
-    lines = [
-        f"The sweep cannot start; everything it lacks is listed here ({found}). Nothing was "
-        "run or recorded."
-    ]
-    for kind, heading in _HEADINGS.items():
-        mine = [p for p in problems if p.kind == kind]
-        if not mine:
-            continue
-        lines += ["", heading.format(root=data_root) + ":"]
-        if kind == "dataset":
-            lines += dataset_problem_lines(mine, data_root)
-            continue
-        by_message: dict[str, list[str]] = {}
-        for p in mine:
-            by_message.setdefault(str(p.error), []).append(p.env)
-        for message, envs in by_message.items():
-            lines.append(f"  {_task_list(envs)}: {message}")
-    lines += ["", "Fix these and run the same command again ('ssilbench list' shows which "
-              "extras and datasets are present)."]  # fmt: skip
-    return "\n".join(lines)
-
-
-def _task_list(envs: list[str], shown: int = 4) -> str:
-    if len(envs) <= shown:
-        return ", ".join(envs)
-    return f"{', '.join(envs[:shown])}, … ({len(envs)} tasks)"
-
-
-def dataset_problem_lines(problems: list[Problem], root: Path) -> list[str]:
-    """Per family: its tasks without data, then what to do. Where every task's message is
-    the same but for the task's name, it is shown once (for the first task)."""
-    families: dict[str, list[Problem]] = {}
-    for p in problems:
-        families.setdefault(p.env.split(":", 1)[0], []).append(p)
-    lines = []
-    for family, mine in families.items():
-        tasks = [p.env.split(":", 1)[1] for p in mine]
-        lines.append(f"  {family}: {len(tasks)} task{'s' * (len(tasks) > 1)} ({', '.join(tasks)})")
-        lines += _download_lines(family, tasks, mine[0].task, root)
-        templates = {str(p.error).replace(task, "\0") for p, task in zip(mine, tasks, strict=True)}
-        if len(mine) > 1 and len(templates) == 1:
-            others = len(mine) - 1
-            alike = "the other one alike" if others == 1 else f"the other {others} alike"
-            lines.append(f"    {mine[0].env} ({alike}): {mine[0].error}")
-        else:
-            lines += [f"    {p.env}: {p.error}" for p in mine]
-    return lines
-
-
 def open_datasets(plan: SweepPlan, data_root: Path) -> None:
     """Open, without writing anything, the datasets of a plan rebuilt from prepared specs
     (:meth:`SweepPlan.of`, in a worker), and check that each is the one its runs were planned
@@ -634,55 +451,3 @@ def _dataset(task: Task, root: Path, datasets: str) -> TransitionStore:
         return task_dataset(task, root)
     with read_only():
         return task_dataset(task, root)
-
-
-def _download_lines(family: str, tasks: list[str], info: TaskInfo | None, root: Path) -> list[str]:
-    """The ``ssilbench data download`` command that fetches and imports the tasks' data,
-    with its size where the family's download manifest gives it; none where the family
-    publishes nothing to download (``Environment.downloads``)."""
-    if info is None or not getattr(info.environment, "downloads", None):
-        return []
-    try:
-        from ssilbench.data.download import human_size, packaged_manifest
-
-        manifest = packaged_manifest(info.environment)
-    except (ImportError, SsilbenchError):  # no manifest to read: the plugin's own hint stays
-        return []
-    files = manifest.select(tasks) if manifest is not None else []
-    if manifest is None or not files:
-        return []
-    every = set(manifest.tasks()) <= set(tasks)
-    command = f"ssilbench data download {family}" + ("" if every else f" --games {','.join(tasks)}")
-    command += "".join(f" -o {k}={_flag_value(v)}" for k, v in non_default(info.options).items())
-    sizes = [f.size for f in files if f.size is not None]
-    size = f"{len(files)} file{'s' * (len(files) > 1)}, "
-    if not sizes:
-        size += "sizes not published"
-    else:
-        size += human_size(sum(sizes))
-        if len(sizes) < len(files):
-            size += f" + {len(files) - len(sizes)} of unpublished size"
-    return [f"    download them: {command} --data-root {root}", f"      ({manifest.title}: {size})"]
-
-
-def _flag_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
-
-
-def non_default(model: BaseModel) -> dict[str, Any]:
-    """The fields of a config or options model that differ from their defaults."""
-    # Both sides as JSON: a tuple default and the list it is read back as are the same value.
-    # A field a model leaves out of its dump at its default (so that earlier runs keep their
-    # ids) is in the dump only where it differs.
-    defaults = type(model)().model_dump(mode="json")
-    return {
-        k: v
-        for k, v in model.model_dump(mode="json").items()
-        if (k not in defaults or v != defaults[k]) and not (hasattr(v, "__len__") and v == [])
-    }
-
-
-def display_label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
-    """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults."""
-    diff = non_default(model.model_validate(values))
-    return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(diff.items()))})" if diff else name

@@ -2,8 +2,7 @@
 
 This module also holds the checks every value a user gives must pass, whichever way it comes
 in (flags, sweep files, a library caller): :func:`check_json` for config and option values,
-and the bounds :data:`~ssilbench.runner.run_options.MAX_SEED` and
-:data:`~ssilbench.runner.run_options.MAX_STEPS` on seeds and steps.
+and the bounds :data:`MAX_SEED` and :data:`MAX_STEPS` on seeds and steps.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
-from ssilbench.runner.run_options import MAX_SEED, MAX_STEPS
 
 SPEC_VERSION = 5  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
 # episodes only (sampled scores differ from version 2) and labels are taken in chunks;
@@ -29,13 +27,21 @@ MAX_INT = 2**63 - 1
 """Integers in configs and options lie within ±MAX_INT: numpy, torch and the results store
 hold nothing larger."""
 MAX_DEPTH = 32  # lists and tables nested deeper than this are a mistake, not a setting
+MAX_SEED = 2**63 - 1
+"""Seeds are whole numbers 0 <= seed <= MAX_SEED: the results store keeps them as signed
+64-bit integers, and the random generators take them whole."""
+MAX_STEPS = 10**9
+"""The most training steps one run may ask for (``--steps``, ``steps`` in a sweep file, or
+what ``--steps-scale`` makes of an environment's default), and the largest evaluation or
+checkpoint interval: far beyond any benchmark run, and low enough that a mistyped number is
+refused instead of training until it is killed."""
 
 Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
 Steps = Annotated[int, Field(strict=True, ge=1, le=MAX_STEPS)]
+"""A step count or interval (strict: true, "10" or 10.0 are not step counts)."""
 StopEarly = Annotated[bool, Field(strict=True)] | Literal["converged", "paper"]
 """A spec's stopping rule (``ssilbench.train.loop.STOPPING_RULES``): false (train every
 step), true or "converged" (the suite's rule), "paper" (the maze paper's code's rule)."""
-"""A step count or interval (strict: true, "10" or 10.0 are not step counts)."""
 
 
 def check_number(value: Any, where: str) -> None:
@@ -163,8 +169,8 @@ class RunSpec(BaseModel):
     (evaluation episodes and seed, normaliser, horizon, ...); ``plugins``, the distribution
     and version of each plugin the run uses; ``code``, the fingerprint of each such plugin's
     files (:mod:`ssilbench.fingerprint`); and ``data``, the fingerprint of the dataset's
-    manifest. :func:`ssilbench.runner.plan.resolve` fills in the first three without
-    touching a dataset; :func:`ssilbench.runner.plan.prepare` opens the datasets and fills in
+    manifest. :func:`ssilbench.planning.plan.resolve` fills in the first three without
+    touching a dataset; :func:`ssilbench.planning.plan.prepare` opens the datasets and fills in
     ``data``. Runs recorded before spec version 4 have none of these (``None``/empty), runs
     of version 4 no ``code`` (empty, and left out of the JSON, so their ids read as
     recorded).
@@ -182,7 +188,7 @@ class RunSpec(BaseModel):
       ``options`` from the method's and environment's validated models, so each value has
       its field's type: ``-c lr=1`` and ``-c lr=1.0`` on a float field give one run, and
       ``-c batch_size=true`` on an integer field is refused
-      (:func:`ssilbench.runner.plan.validate_model`);
+      (:func:`ssilbench.planning.plan.validate_model`);
     - strings are compared code point by code point: the NFC and NFD spellings of "é" are
       distinct values (distinct runs, or refused by a field that only knows one spelling).
 
@@ -243,7 +249,7 @@ class RunSpec(BaseModel):
         the spec ``version`` and the plugins' releases (their names stay). A report or a
         figure finds a sweep file's runs by this key, without opening a dataset, in stores
         and exports written by earlier releases too; where one design was run more than
-        once, it draws the latest run (:func:`ssilbench.leaderboard.studies.study_runs`)."""
+        once, it draws the latest run (:func:`ssilbench.studies.study.study_runs`)."""
         doc = self.document({"data", "code", "version"})
         doc["plugins"] = sorted(doc["plugins"])
         return _digest(_canonical(doc))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ssilbench.leaderboard.analysis import Analysis, GameGap
-from ssilbench.leaderboard.figures import pyplot, save
+from ssilbench.studies.analysis import Analysis, GameGap
+from ssilbench.studies.figures import pyplot, save
 
 UNCLASSED = "unclassified"
 

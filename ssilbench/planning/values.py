@@ -1,0 +1,183 @@
+"""Values as a user writes them (flags, KEY=VALUE assignments, comma-separated lists) turned
+into checked Python values, and pydantic models validated with messages that name the key
+and the valid ones."""
+
+from __future__ import annotations
+
+import json
+import re
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ssilbench.errors import (
+    ConfigError,
+    UsageError,
+    did_you_mean,
+)
+from ssilbench.runs.spec import (
+    MAX_SEED,
+    check_json,
+    check_numbers,
+    has_negative_zero,
+    read_json,
+)
+
+
+def parse_value(text: str, where: str = "The value") -> Any:
+    """A CLI value: JSON where it parses (numbers, true/false, null, lists, objects), else
+    the string. ``where`` names the value in the UsageError for JSON that parses to
+    something no setting can hold: Infinity, NaN or a number too large for a float (1e400),
+    an integer beyond ±2^63, an object with a key twice, text that is not valid Unicode. What
+    it returns is canonical JSON data (:func:`~ssilbench.runs.spec.check_json`), so it
+    survives ``json.dumps`` and reads back equal."""
+    try:
+        return check_json(read_json(text, default=text), "it")  # plain text: a name, e.g. lc
+    except ValueError as exc:
+        raise UsageError(f"{where}: {exc}.") from None
+
+
+def parse_assignments(items: typing.Iterable[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` items of a repeatable flag (``--config``, ``--option``) as a dict; each
+    value read by :func:`parse_value`. A key given twice with different values is refused."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}.")
+        try:
+            check_json(key, "the key")
+        except ValueError as exc:
+            raise UsageError(f"{flag} {item!r}: {exc}.") from None
+        parsed = parse_value(value.strip(), f"{flag} {key}={value.strip()}")
+        if key in out and _text(out[key]) != _text(parsed):  # not ==: 1 == true in Python
+            raise UsageError(
+                f"{flag} gives {key} twice ({key}={json.dumps(out[key])} and "
+                f"{key}={json.dumps(parsed)}): give it once."
+            )
+        out[key] = parsed
+    return out
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def format_validation(error: ValidationError, what: str, model: type[BaseModel]) -> str:
+    """One message for every problem pydantic found in ``what`` (a config or options
+    model): each names its key, unknown keys get the closest valid one."""
+    fields = sorted(model.model_fields)
+    parts = []
+    for err in error.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(config)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}")
+        else:
+            parts.append(f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})")
+    return _invalid(what, parts, fields)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _invalid(what: str, parts: list[str], fields: list[str]) -> str:
+    valid = ", ".join(fields) if fields else "(none)"
+    return (
+        f"Invalid {what}: "
+        + " ".join(p if p.endswith((".", "?")) else p + "." for p in parts)
+        + f" Valid keys: {valid}."
+    )
+
+
+def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) -> BaseModel:
+    """``values`` validated by ``model`` (a method config, environment or architecture
+    options), or a ConfigError naming every bad key. Beyond the model's own rules it refuses
+    what pydantic would let through: a non-finite float (pydantic reads "inf" and "nan" as
+    floats, and would write them as null), an integer beyond ±2^63, and true/false given
+    for a number (pydantic reads true as 1). A -0.0 the model made (from "-0") becomes
+    0.0, as :class:`~ssilbench.runs.spec.RunSpec` stores it."""
+    try:
+        checked = model.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(format_validation(exc, what, model)) from None
+    dumped = checked.model_dump()
+    parts = [
+        f"'{key}' takes a number, not {json.dumps(raw)}"
+        for key, raw in values.items()
+        if isinstance(raw, bool)
+        and isinstance(dumped.get(key), int | float)
+        and not isinstance(dumped.get(key), bool)
+    ]
+    for key, value in dumped.items():
+        try:
+            check_numbers(value, f"'{key}'")
+        except ValueError as exc:
+            parts.append(str(exc))
+    if parts:
+        raise ConfigError(_invalid(what, parts, sorted(model.model_fields)))
+    if has_negative_zero(dumped):
+        checked = model.model_validate(check_json(checked.model_dump(mode="json"), "values"))
+    return checked
+
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+def comma_list(text: str, what: str, example: str) -> list[str]:
+    """The items of a comma-separated flag value, duplicates removed, order kept; ``what``
+    and ``example`` name the list in the message. An empty list, an empty item between two
+    commas (a,,b: an item left out) and text that is not valid Unicode are refused; one
+    trailing comma is allowed."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise UsageError(f"The {what} list is empty: write e.g. {example}.")
+    if not all(parts[:-1]):
+        raise UsageError(f"The {what} list {text!r} has an empty item (two commas in a row, "
+                         f"or a comma first): write e.g. {example}.")  # fmt: skip
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"The {what} list {text!r} is not valid Unicode text.") from None
+    return list(dict.fromkeys(filter(None, parts)))
+
+
+def parse_seeds(text: str) -> list[int]:
+    """The integer seeds of a ``--seeds`` value, duplicates removed, order kept; each a whole
+    number written in ASCII digits, 0 <= seed <= 2^63 - 1."""
+    seeds = []
+    for item in comma_list(text, "seed", "--seeds 0,1,2"):
+        if not _INTEGER.fullmatch(item):
+            raise UsageError(f"Seed {item!r} is not an integer: write e.g. --seeds 0,1,2.")
+        digits = item.lstrip("-").lstrip("0") or "0"  # int() refuses over 4300 digits
+        if item.startswith("-") and digits != "0" or len(digits) > 19 or int(digits) > MAX_SEED:
+            raise UsageError(f"Seed {item} is out of range: seeds are whole numbers from 0 to "
+                             f"2^63 - 1 ({MAX_SEED}); write e.g. --seeds 0,1,2.")  # fmt: skip
+        seeds.append(int(digits))
+    return list(dict.fromkeys(seeds))
+
+
+def non_default(model: BaseModel) -> dict[str, Any]:
+    """The fields of a config or options model that differ from their defaults."""
+    # Both sides as JSON: a tuple default and the list it is read back as are the same value.
+    # A field a model leaves out of its dump at its default (so that earlier runs keep their
+    # ids) is in the dump only where it differs.
+    defaults = type(model)().model_dump(mode="json")
+    return {
+        k: v
+        for k, v in model.model_dump(mode="json").items()
+        if (k not in defaults or v != defaults[k]) and not (hasattr(v, "__len__") and v == [])
+    }
+
+
+def display_label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
+    """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults."""
+    diff = non_default(model.model_validate(values))
+    return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(diff.items()))})" if diff else name
+
+
+def flag_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
