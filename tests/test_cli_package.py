@@ -44,7 +44,7 @@ def test_every_command_is_registered():
 
 
 def _options(tmp_path: Path, **flags) -> RunOptions:
-    return RunOptions(results=tmp_path / "results", data_root=tmp_path / "data", **flags)
+    return RunOptions.of(results=tmp_path / "results", data_root=tmp_path / "data", **flags)
 
 
 @pytest.mark.parametrize(
@@ -89,13 +89,13 @@ def test_executor_flags_are_checked_with_the_run_options(tmp_path, settings, wor
 
 
 def test_run_options_expand_paths_and_parse_the_lists():
-    options = RunOptions(results="~/r", data_root="~/d", methods="bc,vm_idm,bc",
+    options = RunOptions.of(results="~/r", data_root="~/d", methods="bc,vm_idm,bc",
                          envs="maze:10x10", budgets="16,64", seeds="1,0,1")  # fmt: skip
     assert options.results == Path.home() / "r" and options.data_root == Path.home() / "d"
     sweep = options.sweep()
     assert sweep.methods == ["bc", "vm_idm"] and sweep.seeds == [1, 0]
     assert sweep.budgets == ["16", "64"] and sweep.envs == ["maze:10x10"]
-    assert RunOptions(results="r", data_root="d", **SWEEP).sweep().seeds == [0]
+    assert RunOptions.of(results="r", data_root="d", **SWEEP).sweep().seeds == [0]
 
 
 def test_list_values_name_their_flag():

@@ -31,7 +31,8 @@ from ssilbench.planning.plan import resolve
 from ssilbench.planning.sweepfile import load_sweep_file
 from ssilbench.planning.values import comma_list, parse_assignments, parse_seeds, parse_value
 from ssilbench.plugins import load_plugins
-from ssilbench.runs.spec import MAX_SEED, MAX_STEPS, RunSpec, Sweep
+from ssilbench.runs.settings import MAX_SEED, MAX_STEPS
+from ssilbench.runs.spec import RunSpec, Sweep
 from ssilbench.testing import cli_exit_code
 
 RUN = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0"]
@@ -157,7 +158,7 @@ def test_infinity_is_not_the_default_run(recorded, capsys):
 
 def test_run_options_check_every_number_when_made(tmp_path):
     def options(**flags):
-        return RunOptions(results=tmp_path / "r", data_root=tmp_path / "d", **flags)
+        return RunOptions.of(results=tmp_path / "r", data_root=tmp_path / "d", **flags)
 
     sweep = {"methods": "bc", "envs": "maze:10x10", "budgets": "16"}
     for flags, message in [

@@ -262,7 +262,7 @@ def test_the_estimate_is_skipped_where_measuring_would_cost_too_much(tmp_path, p
     from ssilbench.planning.options import RunOptions
     from ssilbench.runner.launch import estimate_run, prepare_run
 
-    options = RunOptions(results=tmp_path / "r", data_root=tmp_path / "d", methods="bc",
+    options = RunOptions.of(results=tmp_path / "r", data_root=tmp_path / "d", methods="bc",
                          envs="maze:10x10", budgets="16", steps=60)  # fmt: skip
     prepared = prepare_run(plugins, options)
     # 60 steps to train, 4 to measure: more than 5% of the sweep.
@@ -279,7 +279,7 @@ def _choice(plugins, tmp_path, monkeypatch, cores=8, **given):
     from ssilbench.runner import launch
 
     monkeypatch.setattr(launch, "_usable_cores", lambda: cores)
-    options = RunOptions(results=tmp_path, data_root=tmp_path, budgets="16", dry_run=True,
+    options = RunOptions.of(results=tmp_path, data_root=tmp_path, budgets="16", dry_run=True,
                          **{"methods": "bc", "envs": "maze:10x10", **given})  # fmt: skip
     import torch
 

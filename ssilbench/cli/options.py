@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ssilbench.runs.settings import STOPPING_RULES, extra, settings
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_RESULTS = os.environ.get("SSILBENCH_RESULTS", "results")
@@ -107,3 +109,40 @@ def threads_option(help: str, default: str | None = "auto") -> Callable[[F], F]:
 def yes_option(help: str) -> Callable[[F], F]:
     """``-y/--yes``: start without the question a terminal would be asked."""
     return click.option("-y", "--yes", is_flag=True, help=help)
+
+
+class StoppingRuleType(click.ParamType):
+    """``--stop-early [converged|paper]``: alone, the suite's rule (recorded as ``true``, as
+    it always was); with a value, that rule."""
+
+    name = "rule"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> bool | str:
+        if value is True or value in STOPPING_RULES:
+            return value
+        self.fail(f"{value!r} is not a stopping rule: give 'converged' or 'paper', or "
+                  "--stop-early alone.", param, ctx)  # fmt: skip
+
+
+def run_setting_options(command: F) -> F:
+    """The run settings (:mod:`ssilbench.runs.settings`) as the flags of ``run`` and
+    ``plan``, each made from its declaration; a setting not given is None (or an empty
+    tuple), and takes its default in the sweep."""
+    for name in reversed(list(settings())):
+        command = _setting_option(name)(command)
+    return command
+
+
+def _setting_option(name: str) -> Callable[[F], F]:
+    info, spelled = settings()[name], extra(name)
+    flags, kind, metavar = spelled["flags"], spelled["kind"], spelled["metavar"]
+    given: dict[str, Any] = {"help": info.description, "default": None}
+    if kind == "assignments":
+        given.update(multiple=True, default=(), metavar=metavar)
+    elif kind == "count":
+        given.update(type=int)
+    elif kind == "fraction":
+        given.update(type=float)
+    elif kind == "rule":
+        given.update(type=StoppingRuleType(), is_flag=False, flag_value=True, metavar=metavar)
+    return click.option(*flags, name, **given)

@@ -11,13 +11,12 @@ import click
 from ssilbench.cli.app import State
 from ssilbench.cli.options import (
     blocks_option,
-    config_option,
     count_option,
     data_root_option,
     device_option,
-    env_options_option,
     quick_option,
     results_option,
+    run_setting_options,
     sweep_file_option,
     threads_option,
     yes_option,
@@ -37,42 +36,13 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @sweep_file_option("A sweep file (TOML) instead of --method/--env/--budgets/--seeds.")
 @quick_option("With --sweep: the file's CI-sized [quick] variant.")
 @blocks_option()
-@click.option("--method", "methods", default=None, help="Comma-separated method names.")
-@click.option("--env", "envs", default=None, help="Comma-separated ids: family:task or family:all.")
-@click.option(
-    "--budgets", default=None, help="Label budgets N_L: counts, fractions in (0,1], 'all'."
-)
-@click.option("--seeds", default=None, help="Comma-separated integer seeds [default: 0].")
-@config_option(
-    "Method config value (all methods that have KEY); 'METHOD.KEY=VALUE' for one method."
-)
-@env_options_option("Environment option, e.g. -o state=image. See docs/environments/.")
-@click.option(
-    "--steps",
-    type=int,
-    default=None,
-    help="Total training steps per run (default: the environment's).",
-)
-@click.option(
-    "--steps-scale",
-    type=float,
-    default=None,
-    help="Train this fraction of each environment's default steps, e.g. 0.01 for small runs "
-    "(stage splits keep their proportions).",
-)
+@run_setting_options
 @results_option
 @data_root_option
 @device_option()
 @click.option("--retry-failed", is_flag=True, help="Run again the runs that failed before.")
 @count_option(
     "--workers", default=1, help="Runs in parallel (processes with one torch thread each)."
-)
-@count_option(
-    "--eval-every", help="Evaluate every N steps of a policy stage (default: the environment's)."
-)
-@click.option("--stop-early", is_flag=True, help="Stop stages once training has converged.")
-@click.option(
-    "--no-rollouts", is_flag=True, help="Evaluate on the test set only (no rollouts, no score)."
 )
 @threads_option(
     "Torch intra-op threads of each process that trains: N, 'auto' (one for small networks "
@@ -166,7 +136,7 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
     yes = flags.pop("yes")
     log_names, log_dir = flags.pop("log_names"), flags.pop("log_dir")
     executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
-    options = RunOptions(**flags, executor=executor)
+    options = RunOptions.of(**flags, executor=executor)
     prepared = prepare_run(state.plugins, options)
     if options.dry_run:
         preview, timings = preview_run(prepared, state.plugins, state.log())

@@ -2,28 +2,31 @@
 
 :class:`RunOptions` holds every setting as the command line gives it (comma-separated lists
 stay text until :meth:`RunOptions.sweep` parses them), so that a library caller and the
-command see the same checks and the same messages. Flags that do not fit together, and any
-value out of its range (seeds in 0..2^63-1, step counts and intervals in 1..10^9, finite
-numbers only), raise a :class:`~ssilbench.errors.UsageError` when the object is made; the
-list flags are parsed and a sweep file is read and checked then too, so that a mistake is
-reported before anything is planned, claimed or written.
+command see the same checks and the same messages. The run settings themselves (what a
+sweep gives its runs) are declared in :mod:`ssilbench.runs.settings`, with their flags and
+bounds; this module adds the settings of the command (where and how the runs execute).
+Flags that do not fit together, and any value out of its range (seeds in 0..2^63-1, step
+counts and intervals in 1..10^9, finite numbers only), raise a
+:class:`~ssilbench.errors.UsageError` when the object is made; the list flags are parsed and
+a sweep file is read and checked then too, so that a mistake is reported before anything is
+planned, claimed or written.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
+from pydantic import ValidationError
+
+from ssilbench.data.split import parse_budgets
 from ssilbench.errors import UsageError
-from ssilbench.planning.values import comma_list, parse_seeds
-from ssilbench.runs.spec import MAX_STEPS
-
-if TYPE_CHECKING:
-    from pydantic import ValidationError
-
-    from ssilbench.runs.spec import Sweep
+from ssilbench.planning.values import comma_list, parse_assignments, parse_seeds
+from ssilbench.runs.settings import MAX_STEPS, bounds, extra, flag, required, settings
+from ssilbench.runs.spec import Sweep
 
 EXECUTORS = ("local", "ray", "slurm")
 THREAD_SETTINGS = ("auto", "torch")
@@ -112,34 +115,26 @@ class ExecutorSettings:
 class RunOptions:
     """Every setting of ``ssilbench run``; ``results`` and ``data_root`` are expanded paths.
 
-    A sweep comes from ``sweep_file`` (with ``quick`` and ``blocks``) or from ``methods``,
-    ``envs`` and ``budgets`` (comma-separated, as the flags take them) with the settings
-    after them. ``dry_run`` plans without claiming or training anything; ``save_timings``
-    keeps the step times a dry run measured (``ssilbench plan``), and ``remeasure`` measures
-    again those it would otherwise take from the kept ones. ``threads`` is a count of
-    torch threads per training process, ``"auto"`` (the default; None means it too) or
-    ``"torch"`` (see :data:`THREAD_SETTINGS`).
+    A sweep comes from ``sweep_file`` (with ``quick`` and ``blocks``) or from ``settings``:
+    the run settings (:mod:`ssilbench.runs.settings`, where each is declared once) by name,
+    as the command line gives them (comma-separated text for the lists, KEY=VALUE tuples for
+    config and options; None, or an empty tuple, for one not given). :meth:`of` takes them
+    as keyword arguments, as the command's parameters are named. ``dry_run`` plans without
+    claiming or training anything; ``save_timings`` keeps the step times a dry run measured
+    (``ssilbench plan``), and ``remeasure`` measures again those it would otherwise take
+    from the kept ones. ``threads`` is a count of torch threads per training process,
+    ``"auto"`` (the default; None means it too) or ``"torch"`` (see :data:`THREAD_SETTINGS`).
     """
 
     results: Path
     data_root: Path
+    settings: Mapping[str, Any] = field(default_factory=dict)
     sweep_file: Path | None = None
     quick: bool = False
     blocks: str | None = None
-    methods: str | None = None
-    envs: str | None = None
-    budgets: str | None = None
-    seeds: str | None = None
-    config: tuple[str, ...] = ()
-    options: tuple[str, ...] = ()
-    steps: int | None = None
-    steps_scale: float | None = None
     device: str = "auto"
     retry_failed: bool = False
     workers: int = 1
-    eval_every: int | None = None
-    stop_early: bool = False
-    no_rollouts: bool = False
     threads: int | str | None = "auto"
     stack: bool | None = None  # None: stacked in one process, one run at a time in a pool
     cache: bool = True
@@ -150,10 +145,23 @@ class RunOptions:
     remeasure: bool = False
     quiet: bool = False
 
+    @classmethod
+    def of(cls, **flags: Any) -> RunOptions:
+        """RunOptions from keyword arguments named as ``run``'s parameters: each run setting
+        by its name (``methods="bc"``, ``steps=20``, ``rollouts=False``), the others as the
+        fields of this class."""
+        names = set(settings())
+        return cls(settings={k: v for k, v in flags.items() if k in names},
+                   **{k: v for k, v in flags.items() if k not in names})  # fmt: skip
+
     def __post_init__(self) -> None:
         # Paths as the command line gives them ('~' included) become the folders they name.
         object.__setattr__(self, "results", Path(self.results).expanduser())
         object.__setattr__(self, "data_root", Path(self.data_root).expanduser())
+        unknown = sorted(set(self.settings) - set(settings()))
+        if unknown:
+            raise UsageError(f"Not run settings: {', '.join(unknown)} (the settings are "
+                             f"{', '.join(settings())}).")  # fmt: skip
         if self.sweep_file is not None:
             object.__setattr__(self, "sweep_file", Path(self.sweep_file))
             self._check_sweep_file_flags()
@@ -167,15 +175,13 @@ class RunOptions:
         else:
             self.sweep()
 
+    def given(self, name: str) -> bool:
+        """Whether the run setting ``name`` was given (not None, not an empty list)."""
+        value = self.settings.get(name)
+        return value is not None and value != () and value != []
+
     def _check_sweep_file_flags(self) -> None:
-        given = [f for f, v in (("--method", self.methods), ("--env", self.envs),
-                                ("--budgets", self.budgets), ("--config", self.config),
-                                ("--option", self.options), ("--steps", self.steps),
-                                ("--steps-scale", self.steps_scale), ("--seeds", self.seeds),
-                                ("--eval-every", self.eval_every),
-                                ("--stop-early", self.stop_early),
-                                ("--no-rollouts", self.no_rollouts))
-                 if v]  # fmt: skip
+        given = [flag(name) for name in settings() if self.given(name)]
         if given:
             raise UsageError(
                 f"--sweep takes methods, environments and budgets from the file; drop "
@@ -185,32 +191,22 @@ class RunOptions:
     def _check_sweep_flags(self) -> None:
         if self.quick or self.blocks is not None:
             raise UsageError(f"{'--quick' if self.quick else '--blocks'} needs --sweep FILE.")
-        missing = [f for f, v in (("--method", self.methods), ("--env", self.envs),
-                                  ("--budgets", self.budgets)) if not v]  # fmt: skip
+        missing = [flag(name) for name in required() if not self.given(name)]
         if missing:
-            raise UsageError(
-                f"Missing {', '.join(missing)}: give --method, --env and --budgets, or --sweep "
-                "FILE."
-            )
-        steps, scale = self.steps, self.steps_scale
-        _whole(steps, "--steps", MAX_STEPS, "(10^9) training steps per run")
+            wanted = ", ".join(flag(name) for name in required()[:-1])
+            raise UsageError(f"Missing {', '.join(missing)}: give {wanted} and "
+                             f"{flag(required()[-1])}, or --sweep FILE.")  # fmt: skip
+        for name in settings():
+            if extra(name)["kind"] == "count":
+                _within(self.settings.get(name), name)
+        steps, scale = self.settings.get("steps"), self.settings.get("steps_scale")
         if scale is not None:
-            if not isinstance(scale, int | float) or isinstance(scale, bool):
-                raise UsageError(f"--steps-scale must be a number, got {scale!r}.")
-            if scale > MAX_STEPS:  # inf included; nan and -inf are not positive, below
-                raise UsageError(f"--steps-scale {scale} is too large: a run trains at most "
-                                 f"{MAX_STEPS:,} (10^9) steps; give e.g. 0.01 or 2.")  # fmt: skip
-            if not scale > 0:  # nan included
-                raise UsageError(
-                    f"--steps-scale must be a positive fraction of the default steps, e.g. "
-                    f"0.01; got {scale}."
-                )
+            _check_scale(scale)
         if scale is not None and steps is not None:
             raise UsageError("Give --steps or --steps-scale, not both.")
 
     def _check_numbers(self) -> None:
-        """The numeric settings every run takes: whole numbers within their bounds."""
-        _whole(self.eval_every, "--eval-every", MAX_STEPS, "steps")
+        """The numeric settings of the command itself: whole numbers within their bounds."""
         _whole(self.checkpoint_every, "--checkpoint-every", MAX_STEPS, "steps")
         _whole(self.workers, "--workers", MAX_PROCESSES, "processes")
         if self.threads is None:  # a library caller's "not given": the default
@@ -235,38 +231,50 @@ class RunOptions:
         return "read" if self.dry_run else "prepare"
 
     def sweep(self) -> Sweep:
-        """The sweep the list flags describe (not for a sweep file); a malformed list raises
-        a UsageError naming its flag."""
-        from pydantic import ValidationError
-
-        from ssilbench.data.split import parse_budgets
-        from ssilbench.planning.values import parse_assignments
-        from ssilbench.runs.spec import Sweep
-
+        """The sweep the run settings describe (not for a sweep file); a malformed value
+        raises a UsageError naming its flag."""
         if self.sweep_file is not None:
             raise UsageError("A run of a sweep file takes its sweeps from the file.")
+        values = {name: _read(name, self.settings[name]) for name in settings()
+                  if self.given(name)}  # fmt: skip
         try:
-            return Sweep(
-                methods=comma_list(self.methods or "", "method", "--method bc,vm_idm"),
-                envs=comma_list(self.envs or "", "environment", "--env maze:10x10"),
-                budgets=parse_budgets(self.budgets or ""),
-                seeds=parse_seeds(self.seeds if self.seeds is not None else "0"),
-                config=parse_assignments(self.config, "--config"),
-                options=parse_assignments(self.options, "--option"),
-                steps=self.steps,
-                steps_scale=self.steps_scale,
-                eval_every=self.eval_every,
-                stop_early=self.stop_early,
-                rollouts=not self.no_rollouts,
-            )
+            return Sweep(**values)
         except ValidationError as exc:
             raise UsageError(_flag_errors(exc)) from None
 
 
-# The flag each field of a Sweep comes from, to name it in a message.
-_FLAGS = {"methods": "--method", "envs": "--env", "budgets": "--budgets", "seeds": "--seeds",
-          "config": "--config", "options": "--option", "steps": "--steps",
-          "steps_scale": "--steps-scale", "eval_every": "--eval-every"}  # fmt: skip
+def _read(name: str, value: Any) -> Any:
+    """A run setting's value as the command line gives it, read as the setting's kind."""
+    kind, flag_name, example = extra(name)["kind"], flag(name), extra(name)["example"]
+    if kind == "names":
+        return comma_list(str(value), extra(name)["noun"], example)
+    if kind == "budgets":
+        return parse_budgets(str(value))
+    if kind == "seeds":
+        return parse_seeds(str(value))
+    if kind == "assignments":
+        return parse_assignments(tuple(value), flag_name)
+    return value  # counts, the fraction, the rule and the switch come typed
+
+
+def _within(value: Any, name: str) -> None:
+    """A UsageError unless ``value`` (None: not given) lies within the setting's bounds."""
+    high = bounds(name).get("le")
+    _whole(value, flag(name), high, extra(name)["unit"])
+
+
+def _check_scale(scale: Any) -> None:
+    high = bounds("steps_scale")["le"]
+    if not isinstance(scale, int | float) or isinstance(scale, bool):
+        raise UsageError(f"--steps-scale must be a number, got {scale!r}.")
+    if scale > high:  # inf included; nan and -inf are not positive, below
+        raise UsageError(f"--steps-scale {scale} is too large: a run trains at most "
+                         f"{high:,} (10^9) steps; give e.g. 0.01 or 2.")  # fmt: skip
+    if not scale > 0:  # nan included
+        raise UsageError(
+            f"--steps-scale must be a positive fraction of the default steps, e.g. 0.01; got "
+            f"{scale}."
+        )
 
 
 def _flag_errors(exc: ValidationError) -> str:
@@ -274,8 +282,8 @@ def _flag_errors(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
         field_name = str(err["loc"][0]) if err["loc"] else ""
-        flag = _FLAGS.get(field_name, field_name or "the sweep")
+        named = flag(field_name) if field_name in settings() else field_name or "the sweep"
         message = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{flag}: {message} (got {err.get('input')!r})"
-                     if err["type"] != "value_error" else f"{flag}: {message}")  # fmt: skip
+        parts.append(f"{named}: {message} (got {err.get('input')!r})"
+                     if err["type"] != "value_error" else f"{named}: {message}")  # fmt: skip
     return "; ".join(parts) + "."

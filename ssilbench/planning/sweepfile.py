@@ -35,7 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import SsilbenchError, UsageError, safe_file_name
-from ssilbench.runs.spec import MAX_STEPS, Seed, Steps, StopEarly, Sweep, check_json
+from ssilbench.runs.checks import check_json
+from ssilbench.runs.settings import RunSettings, Seed, Steps, StopEarly, settings
+from ssilbench.runs.spec import Sweep
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -92,44 +94,16 @@ def _config(value: dict[str, Any]) -> dict[str, Any]:
     return {key: _scalar(v, f"config '{key}'") for key, v in value.items()}
 
 
-class Block(BaseModel):
-    """One product of axes."""
+class Block(RunSettings):
+    """One product of axes: the run settings (:class:`~ssilbench.runs.settings.RunSettings`,
+    where each is declared with its type, default and bounds), where an option given as a
+    list is an axis, plus where the block's runs are drawn and whether ``--quick`` runs it."""
 
     model_config = _STRICT
 
     panel: str = Field("", description="Figure panel this block's runs are drawn in.")
     name: str = Field("", description="Selects the block with `ssilbench run --blocks NAME`.")
-    methods: list[str] = Field(min_length=1)
-    envs: list[str] = Field(min_length=1)
-    budgets: list[Any] = Field(min_length=1)
-    seeds: list[Seed] = Field(min_length=1)
-    options: dict[str, Any] = {}
-    config: dict[str, Any] = {}
-    steps: Steps | None = None
-    steps_scale: float | None = Field(
-        None,
-        gt=0,
-        le=MAX_STEPS,
-        description="Train this fraction of the environment's default steps.",
-    )
-    eval_every: Steps | None = Field(None, description="Evaluate every N steps of a policy stage.")
-    stop_early: StopEarly = Field(
-        False, description='Stopping rule: false, true ("converged") or "paper".'
-    )
-    rollouts: bool = Field(
-        True, description="False: evaluate on the test set only (no rollouts, no score)."
-    )
     quick: bool = Field(True, description="False: leave this block out of --quick runs.")
-
-    @field_validator("budgets")
-    @classmethod
-    def _check_budgets(cls, value: list[Any]) -> list[str]:
-        return _budgets(value)
-
-    @field_validator("methods", "envs")
-    @classmethod
-    def _check_names(cls, value: list[str]) -> list[str]:
-        return _names(value)
 
     @field_validator("options")
     @classmethod
@@ -141,27 +115,18 @@ class Block(BaseModel):
     def _check_config(cls, value: dict[str, Any]) -> dict[str, Any]:
         return _config(value)
 
+    def run_settings(self) -> dict[str, Any]:
+        """The block's value of every run setting, by name."""
+        return {name: getattr(self, name) for name in settings()}
+
     def sweeps(self) -> list[Sweep]:
         """One Sweep per combination of the list-valued options."""
         keys = [k for k, v in self.options.items() if isinstance(v, list)]
         fixed = {k: v for k, v in self.options.items() if not isinstance(v, list)}
         out = []
         for combo in itertools.product(*(self.options[k] for k in keys)):
-            out.append(
-                Sweep(
-                    methods=self.methods,
-                    envs=self.envs,
-                    budgets=[str(b) for b in self.budgets],
-                    seeds=self.seeds,
-                    config=self.config,
-                    options={**fixed, **dict(zip(keys, combo, strict=True))},
-                    steps=self.steps,
-                    steps_scale=self.steps_scale,
-                    eval_every=self.eval_every,
-                    stop_early=self.stop_early,
-                    rollouts=self.rollouts,
-                )
-            )
+            options = {**fixed, **dict(zip(keys, combo, strict=True))}
+            out.append(Sweep(**{**self.run_settings(), "options": options}))
         return out
 
 
@@ -171,7 +136,7 @@ class QuickOverrides(BaseModel):
     model_config = _STRICT
 
     envs: list[str] | None = Field(None, min_length=1)
-    budgets: list[Any] | None = Field(None, min_length=1)
+    budgets: list[str | int | float] | None = Field(None, min_length=1)
     seeds: list[Seed] | None = Field(None, min_length=1)
     steps: Steps | None = None
     eval_every: Steps | None = None

@@ -16,13 +16,8 @@ from ssilbench.errors import (
     UsageError,
     did_you_mean,
 )
-from ssilbench.runs.spec import (
-    MAX_SEED,
-    check_json,
-    check_numbers,
-    has_negative_zero,
-    read_json,
-)
+from ssilbench.runs.checks import check_json, check_numbers, has_negative_zero, read_json
+from ssilbench.runs.settings import MAX_SEED
 
 
 def parse_value(text: str, where: str = "The value") -> Any:

@@ -24,8 +24,9 @@ from pydantic import (
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
+from ssilbench.runs.checks import MAX_INT, check_json
 from ssilbench.runs.records import RunRecord
-from ssilbench.runs.spec import MAX_INT, RunSpec, check_json, run_id_of
+from ssilbench.runs.spec import RunSpec, run_id_of
 
 MAX_MAGNITUDE = 1e15
 """Scores, metrics and times lie within ±1e15: the statistics over larger numbers overflow."""

@@ -2,7 +2,7 @@
 
 This module also holds the checks every value a user gives must pass, whichever way it comes
 in (flags, sweep files, a library caller): :func:`check_json` for config and option values,
-and the bounds :data:`MAX_SEED` and :data:`MAX_STEPS` on seeds and steps.
+and the settings of a sweep (declared in :mod:`ssilbench.runs.settings`).
 """
 
 from __future__ import annotations
@@ -10,155 +10,36 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import math
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ssilbench.data.split import parse_budget
 from ssilbench.errors import UsageError
+from ssilbench.runs.checks import MAX_INT, check_json
+from ssilbench.runs.settings import MAX_STEPS, RunSettings, StopEarly
 
 SPEC_VERSION = 5  # 2: stop_early and rollouts joined the spec; 3: evaluations forward live
 # episodes only (sampled scores differ from version 2) and labels are taken in chunks;
 # 4: the environment's protocol, the dataset and the plugins' versions joined the spec;
 # 5: the fingerprints of the plugins' code joined the spec
 
-MAX_INT = 2**63 - 1
-"""Integers in configs and options lie within ±MAX_INT: numpy, torch and the results store
-hold nothing larger."""
-MAX_DEPTH = 32  # lists and tables nested deeper than this are a mistake, not a setting
-MAX_SEED = 2**63 - 1
-"""Seeds are whole numbers 0 <= seed <= MAX_SEED: the results store keeps them as signed
-64-bit integers, and the random generators take them whole."""
-MAX_STEPS = 10**9
-"""The most training steps one run may ask for (``--steps``, ``steps`` in a sweep file, or
-what ``--steps-scale`` makes of an environment's default), and the largest evaluation or
-checkpoint interval: far beyond any benchmark run, and low enough that a mistyped number is
-refused instead of training until it is killed."""
-
-Seed = Annotated[int, Field(strict=True, ge=0, le=MAX_SEED)]
-Steps = Annotated[int, Field(strict=True, ge=1, le=MAX_STEPS)]
-"""A step count or interval (strict: true, "10" or 10.0 are not step counts)."""
-StopEarly = Annotated[bool, Field(strict=True)] | Literal["converged", "paper"]
-"""A spec's stopping rule (``ssilbench.train.loop.STOPPING_RULES``): false (train every
-step), true or "converged" (the suite's rule), "paper" (the maze paper's code's rule)."""
 
 
-def check_number(value: Any, where: str) -> None:
-    """Raise a ValueError naming ``where`` for a float that is not finite or an integer
-    outside ±:data:`MAX_INT`; any other value passes."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where} is {value}, and only finite numbers are accepted")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
-        raise ValueError(f"{where} = {value} is out of range: integers must lie within ±2^63")
 
 
-def check_json(value: Any, where: str = "the value", bounded: bool = True) -> Any:
-    """``value`` as canonical JSON data, or a ValueError naming ``where`` (a key path).
-
-    Accepted: strings (valid Unicode: no lone surrogates), booleans, None, finite floats,
-    integers, and lists, tuples and string-keyed dicts of these. The canonical form turns
-    tuples into lists (JSON has one kind of array) and -0.0 into 0.0 (equal as numbers, and
-    a setting trains the same with either); nothing else changes, so distinct canonical
-    values have distinct JSON texts. Refused: inf and nan (JSON has no spelling for them:
-    pydantic writes null, which would make them the default), dict keys other than strings
-    (JSON would turn 1 and "1" into the same key) and any other type. ``bounded`` (what a
-    user gives) also refuses integers beyond ±2^63 and nesting deeper than
-    :data:`MAX_DEPTH`; a spec read back from the store is not bounded, so that every run
-    ever recorded reads.
-    """
-    return _canonical_value(value, where, bounded, 0)
 
 
-def _canonical_value(value: Any, where: str, bounded: bool, depth: int) -> Any:
-    if bounded and depth > MAX_DEPTH:
-        raise ValueError(f"{where} is nested more than {MAX_DEPTH} levels deep")
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        check_number(value, where)
-        return value + 0.0  # -0.0 + 0.0 is 0.0
-    if isinstance(value, int):
-        if bounded:
-            check_number(value, where)
-        return int(value)
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"{where} is not valid Unicode text ({value!r})") from None
-        return str(value)
-    if isinstance(value, list | tuple):
-        return [_canonical_value(v, f"{where}[{i}]", bounded, depth + 1)
-                for i, v in enumerate(value)]  # fmt: skip
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{where} has the key {key!r}, which is not a string")
-            _canonical_value(key, f"a key of {where}", bounded, depth + 1)
-            out[str(key)] = _canonical_value(item, f"{where}.{key}", bounded, depth + 1)
-        return out
-    raise ValueError(
-        f"{where} is a {type(value).__name__}; give a string, a number, true/false, null, "
-        "or a list or table of these"
-    )
 
 
-def check_numbers(value: Any, where: str) -> None:
-    """:func:`check_number` on every number inside ``value`` (a model's python dump: dicts,
-    lists, tuples and sets of anything)."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            check_numbers(item, f"{where[:-1]}.{key}'" if where.endswith("'") else where)
-    elif isinstance(value, list | tuple | set | frozenset):
-        for item in value:
-            check_numbers(item, where)
-    else:
-        check_number(value, where)
 
 
-def has_negative_zero(value: Any) -> bool:
-    """Whether -0.0 occurs anywhere inside ``value`` (dicts, lists, tuples and sets)."""
-    if isinstance(value, float):
-        return value == 0.0 and math.copysign(1.0, value) < 0
-    if isinstance(value, dict):
-        return any(has_negative_zero(v) for v in value.values())
-    if isinstance(value, list | tuple | set | frozenset):
-        return any(has_negative_zero(v) for v in value)
-    return False
 
 
-class _Refused(ValueError):
-    """JSON that :func:`read_json` refuses (raised from inside ``json.loads``)."""
 
 
-def _no_constants(name: str) -> Any:
-    raise _Refused(f"it is {name}, and only finite numbers are accepted")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Refused(f"it gives the key {key!r} twice")
-        out[key] = value
-    return out
 
-
-def read_json(text: str, default: Any) -> Any:
-    """The JSON value ``text`` spells, or ``default`` when it is not JSON. A ValueError for
-    JSON no setting can hold: Infinity or NaN, an object with a key twice, an integer too
-    long to read, nesting deeper than Python's recursion limit. (Numbers too large for a
-    float, 1e400, read as inf: :func:`check_json` refuses them.)"""
-    try:
-        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys)
-    except json.JSONDecodeError:
-        return default
-    except _Refused:
-        raise
-    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, [[[[...]]]]
-        raise ValueError(f"it cannot be read ({exc})") from None
 
 
 class RunSpec(BaseModel):
@@ -281,45 +162,16 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-class Sweep(BaseModel):
-    """Lists of methods, environment ids, budgets and seeds, plus shared settings.
+class Sweep(RunSettings):
+    """Lists of methods, environment ids, budgets and seeds, plus shared settings (the
+    fields of :class:`~ssilbench.runs.settings.RunSettings`, declared there once).
 
     ``config`` maps a key to a value for every method that has it; ``"method.key"`` scopes a
     key to one method. ``options`` are environment options applied to every environment.
-    Every value is checked here, whoever builds the sweep: seeds are whole numbers in
-    0..:data:`MAX_SEED`, ``steps`` and ``eval_every`` whole numbers in 1..:data:`MAX_STEPS`,
-    ``steps_scale`` a finite positive number, and ``config``/``options`` values pass
-    :func:`check_json` (finite numbers, no other types than JSON's).
+    Every value is checked here, whoever builds the sweep: the settings' own checks, and
+    ``config``/``options`` values pass :func:`check_json` (finite numbers, no other types
+    than JSON's; a sweep file's block checks them its own way).
     """
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    methods: list[str] = Field(min_length=1)
-    envs: list[str] = Field(min_length=1)
-    budgets: list[str] = Field(min_length=1)
-    seeds: list[Seed] = Field(min_length=1)
-    config: dict[str, Any] = {}
-    options: dict[str, Any] = {}
-    steps: Steps | None = None
-    steps_scale: float | None = Field(None, gt=0, le=MAX_STEPS)
-    """Train ``steps_scale`` x the environment's default steps (``steps`` wins when both)."""
-    eval_every: Steps | None = None
-    stop_early: StopEarly = False
-    rollouts: bool = True
-
-    @field_validator("methods", "envs")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            check_json(name, repr(name))
-            if not name.strip():
-                raise ValueError("names must not be empty")
-        return value
-
-    @field_validator("budgets")
-    @classmethod
-    def _budgets(cls, value: list[str]) -> list[str]:
-        return [parse_budget(v) for v in value]
 
     @field_validator("config", "options")
     @classmethod
