@@ -78,9 +78,7 @@ def test_defaults_are_the_same_from_flags_and_from_a_file(tmp_path):
     assert from_flags == from_file
 
 
-NUMBERS = [
-    name for name in st.settings() if st.extra(name)["kind"] in ("count", "fraction")
-]
+NUMBERS = [name for name in st.settings() if st.extra(name)["kind"] in ("count", "fraction")]
 
 
 @pytest.mark.parametrize("name", NUMBERS)

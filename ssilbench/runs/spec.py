@@ -24,24 +24,6 @@ SPEC_VERSION = 5  # 2: stop_early and rollouts joined the spec; 3: evaluations f
 # 5: the fingerprints of the plugins' code joined the spec
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 class RunSpec(BaseModel):
     """One run: fully resolved (defaults filled in), so its hash identifies its result.
 
