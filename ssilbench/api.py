@@ -4,11 +4,16 @@ This module is small on purpose and imports neither torch nor any simulator, so 
 discovering plugins stays fast. A method sees the world only through :class:`RunContext`;
 an environment never knows which method runs.
 
-Every type that appears in the contract is exported here. The core types that carry data
-(:class:`StagePlan`, :class:`StageBudget`, :class:`StoppingRule`, the views
-:class:`LabeledView` / :class:`UnlabeledView` and :class:`TransitionStore`) are imported on
-first use, so ``import ssilbench.api`` stays light; the tools that work with them are in
-:mod:`ssilbench.kit`.
+Every type that appears in the contract is exported here. Most are defined in the
+contract's own modules, which import nothing of the core's machinery: :mod:`ssilbench.models`
+(:class:`Architecture`, :class:`Policy`, :class:`VideoModel`), :mod:`ssilbench.stages`
+(:class:`Stage`, :class:`StagePlan`, :class:`StageBudget`, :class:`StoppingRule`),
+:mod:`ssilbench.context` (:class:`RunContext`) and :mod:`ssilbench.env_spec`. The data's types
+(the views :class:`LabeledView` / :class:`UnlabeledView`, :class:`TransitionStore`) and the
+loggers' (:class:`RunLogger`, :class:`LoggedRun`) are defined in the core modules that use
+them and imported on first use, so ``import ssilbench.api`` stays light; they are the only
+core modules the contract reaches (``docs/architecture.md``, "The contracts"). The tools
+that work with these types are in :mod:`ssilbench.kit`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import pluggy
 from pydantic import BaseModel
@@ -39,7 +44,9 @@ from ssilbench.errors import (
     UsageError,
     unknown,
 )
+from ssilbench.models import Architecture, Policy, VideoModel
 from ssilbench.registry import BoundRegistry, lazy_attributes
+from ssilbench.stages import Stage, StageBudget, StagePlan, StoppingRule
 
 if TYPE_CHECKING:
     import gymnasium
@@ -48,9 +55,6 @@ if TYPE_CHECKING:
     from ssilbench.data.datasets import TransitionStore
     from ssilbench.data.split import LabeledView, UnlabeledView
     from ssilbench.loggers.base import LoggedRun, RunLogger
-    from ssilbench.train.budget import StageBudget, StagePlan
-    from ssilbench.train.loop import StoppingRule
-    from ssilbench.train.schedule import WarmupLinear
 
 API_VERSION = "1.2"
 """The version of this contract (``ssilbench.api``, ``ssilbench.kit`` and the modules they
@@ -105,9 +109,6 @@ __all__ = [
 # Contract types defined in the core modules that use them, imported on first access (see
 # the module docstring): name -> defining module.
 _LAZY_TYPES = {
-    "StagePlan": "ssilbench.train.budget",
-    "StageBudget": "ssilbench.train.budget",
-    "StoppingRule": "ssilbench.train.loop",
     "LabeledView": "ssilbench.data.split",
     "UnlabeledView": "ssilbench.data.split",
     "TransitionStore": "ssilbench.data.datasets",
@@ -116,8 +117,8 @@ _LAZY_TYPES = {
 }
 
 
-# ``from ssilbench.api import StagePlan`` imports the defining module only then
-# (ssilbench.train.budget itself imports this module).
+# ``from ssilbench.api import TransitionStore`` imports the defining module (and numpy) only
+# then.
 __getattr__ = lazy_attributes(globals(), _LAZY_TYPES)
 
 
@@ -158,25 +159,6 @@ class OptionsOf:
 
 ArchOptions = Annotated[dict[str, Any], OptionsOf("arch")]
 """A config field holding the options of the architecture named by the field ``arch``."""
-
-
-class VideoModel(ABC):
-    """A next-state predictor v(s) in model-input space (float tensors, batched)."""
-
-    @abstractmethod
-    def predict(self, obs: torch.Tensor) -> torch.Tensor:
-        """The most likely next state for each state of the batch."""
-
-    def outcomes(self, obs: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Every possible next state with its probability: ``[(prob (B,), next (B, ...))]``.
-
-        A VM-IDM policy marginalises over these, pi(a|s) = sum_k p_k h(a | s, s'_k). The
-        default is the deterministic prediction with probability one; a stochastic
-        environment (e.g. a maze with no-op probability) lists each outcome.
-        """
-        import torch
-
-        return [(torch.ones(len(obs), device=obs.device), self.predict(obs))]
 
 
 @dataclass(frozen=True)
@@ -318,107 +300,6 @@ class Environment(ABC):
         (``ssilbench data import FAMILY``). Every problem with the files is a DatasetError
         naming the file and what was expected, and leaves no store that looks complete."""
         raise NotImplementedError
-
-
-class Policy(ABC):
-    """A trained policy. Observations are model-input tensors (``ssilbench.kit.as_model_input``).
-
-    Discrete-action policies implement :meth:`probs` and inherit :meth:`act`. A
-    continuous-action policy overrides :meth:`act` to return actions of shape (batch, A), or
-    chunks (batch, K, A) of which the rollout executes ``spec.action_execute``; its
-    observations are a dict of tensors where the environment has ``extra_obs``.
-    """
-
-    @abstractmethod
-    def probs(self, obs: torch.Tensor) -> torch.Tensor:
-        """Action probabilities, shape (batch, num_actions)."""
-
-    def idm_probs(self, obs: torch.Tensor, next_obs: torch.Tensor) -> torch.Tensor | None:
-        """h(a | s, s') of the IDM behind the policy, where there is one (diagnostics)."""
-        return None
-
-    def snapshot(self) -> Policy:
-        """A copy that training no longer changes, for an evaluation that runs while training
-        goes on (a deep copy by default; override it to share large read-only parts)."""
-        import copy
-
-        return copy.deepcopy(self)
-
-    def act(self, obs: torch.Tensor, greedy: bool, generator: torch.Generator | None = None):
-        """Actions for a batch: the most likely one, or one sampled from :meth:`probs`."""
-        import torch
-
-        with torch.no_grad():
-            p = self.probs(obs)
-            if greedy:
-                return p.argmax(dim=-1)
-            return torch.multinomial(p.cpu(), 1, generator=generator).squeeze(-1).to(p.device)
-
-
-class Architecture(ABC):
-    """A network family; builds modules mapping an input of some shape to ``out`` numbers."""
-
-    description: ClassVar[str] = ""
-    input_kinds: ClassVar[tuple[str, ...]] = ("vector", "image")
-    action_kinds: ClassVar[tuple[str, ...]] = ("discrete",)
-    lr: ClassVar[float] = 1e-3
-    lr_schedule: ClassVar[WarmupLinear | None] = None
-    """The learning-rate schedule the methods train with (``ssilbench.kit.WarmupLinear``;
-    None: constant)."""
-    fast_cuda: ClassVar[bool] = False
-    """Train with bf16 autocast and channels-last tensors on CUDA (``ssilbench.kit.Speed``);
-    float32 on the CPU whatever this says."""
-    unified: ClassVar[bool] = False
-    """True for a multi-role network (``ssilbench.kit.UnifiedArchitecture``): one model that
-    the methods train as a policy, an IDM or a video model instead of building a classifier."""
-
-    min_image_size: ClassVar[tuple[int, int]] = (1, 1)
-    """The smallest (height, width) of image observations (channels first) its networks
-    take: :meth:`input_problem` refuses smaller ones before any run starts."""
-
-    @abstractmethod
-    def build(self, in_shape: tuple[int, ...], out: int) -> torch.nn.Module:
-        """A fresh module; inputs are float tensors of shape (batch, *in_shape)."""
-
-    def input_problem(self, obs_shape: tuple[int, ...]) -> str | None:
-        """Why networks of this architecture cannot take observations of ``obs_shape`` (one
-        stored frame), or None. The planner asks before any run starts, so a mismatch is
-        one message and exit code 2; the default refuses images smaller than
-        :attr:`min_image_size`. Override it for other rules."""
-        low_h, low_w = self.min_image_size
-        if len(obs_shape) == 3 and (obs_shape[1] < low_h or obs_shape[2] < low_w):
-            return (f"needs images of at least {low_h}x{low_w} pixels, and the observations "
-                    f"are {obs_shape[1]}x{obs_shape[2]}")  # fmt: skip
-        return None
-
-    def batch_size(self, n: int) -> int:
-        """The paper's batch-size rule for a dataset of ``n`` items (full batch by default)."""
-        return n
-
-
-@dataclass(frozen=True)
-class Stage:
-    """A named training stage with its share of the run's step budget.
-
-    A stage may have 0 steps (e.g. labeling data with a model fitted in closed form).
-
-    ``policy`` stages train the policy that is evaluated periodically; ``data`` says which
-    view the stage reads (for caching and for the reader of a method card).
-    """
-
-    name: str
-    steps: int
-    policy: bool = False
-    data: Literal["labeled", "unlabeled", "both", "none"] = "labeled"
-    share: str | None = None
-    """Declares that other runs train this very stage: an identity of its computation (e.g.
-    ``"lapo_world_model:<settings digest>"``) equal for every run, of any method, that trains
-    the same weights on the same task. The planner trains one run of each shared stage first
-    and the runs that reuse it after, and ``run --dry-run`` counts it once. None: the run's
-    own stage (the stage cache still reuses any identical stage it meets)."""
-    per: tuple[Literal["seed", "budget"], ...] = ()
-    """Run axes a shared stage still depends on: ``("seed",)`` for a stage shared by the label
-    budgets of one seed (it reads D_U only, but trains under the run's seed)."""
 
 
 class Method(ABC):

@@ -18,10 +18,9 @@ from ssilbench.env_spec import EnvSpec
 if TYPE_CHECKING:
     import torch
 
-    from ssilbench.api import Architecture, Policy, VideoModel
     from ssilbench.data.split import LabeledView, UnlabeledView
-    from ssilbench.train.budget import StagePlan
-    from ssilbench.train.loop import StoppingRule
+    from ssilbench.models import Architecture, Policy, VideoModel
+    from ssilbench.stages import StagePlan, StoppingRule
 
 
 def stream_seed(seed: int, name: str) -> int:

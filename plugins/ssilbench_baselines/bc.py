@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
-from ssilbench.kit import ClassifierPolicy, unified
+from ssilbench.api import ArchitectureName, EnvSpec, Policy, Stage
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
     LearningRate,
@@ -37,24 +36,9 @@ class BC(common.BaselineMethod):
     def stages(self, cfg: BCConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         return [Stage("policy", total_steps, policy=True, data="labeled")]
 
-    def _policy(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        [net] = common.networks(ctx, arch, "obs")
-        return ClassifierPolicy(net)
-
-    def _fit_unified(self, ctx: RunContext):
-        """One network (e.g. UVA) trained in its policy role."""
-        cfg: BCConfig = ctx.config
-        model = unified(ctx, cfg.arch, cfg.arch_options)
-        policy = model.policy("policy")
-        common.train_role(ctx, model, "policy", ctx.labeled, "policy", policy)
-        return policy
-
-    def _fit_networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        policy = self._policy(ctx, arch)
-        common.fit_labeled(ctx, arch, policy.net, "obs", "policy", policy)
-        return policy
-
-    def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
-        policies = [self._policy(ctx, arch) for ctx in ctxs]
-        common.fit_labeled_stacked(ctxs, arch, [p.net for p in policies], "obs", "policy", policies)
+    def fit_group(self, runs: common.Runs) -> list[Policy]:
+        """A policy per run, fitted on D_L (a unified model trained in its policy role)."""
+        [nets] = runs.models("policy")
+        policies = runs.policies(nets)
+        runs.fit(nets, "policy", "labeled", policies=policies)
         return policies

@@ -13,17 +13,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ssilbench.api import Architecture, ArchitectureName, EnvSpec, RunContext, Stage
-from ssilbench.kit import (
-    ArgmaxRows,
-    ClassifierPolicy,
-    FrameInputs,
-    RowSource,
-    TransitionFrames,
-    label_rows,
-    speed_of,
-    unified,
-)
+from ssilbench.api import ArchitectureName, EnvSpec, Policy, RunContext, Stage
+from ssilbench.kit import ArgmaxRows, RowSource
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
     LearningRate,
@@ -35,6 +26,13 @@ from ssilbench_baselines.config import (
 
 CONFIDENT = 0.9
 SAMPLED_ROWS = 65_536
+
+
+def kept_labels(ctx: RunContext, probs: RowSource) -> RowSource:
+    """The IDM's probabilities as the policy's targets, soft or hard (their argmax) as the
+    config says; how sure the IDM is of them is recorded first."""
+    log_confidence(ctx, probs)
+    return ArgmaxRows(probs) if ctx.config.labels == "hard" else probs
 
 
 def log_confidence(ctx: RunContext, probs: RowSource) -> None:
@@ -86,52 +84,20 @@ class IDMLabeling(common.BaselineMethod):
             Stage("policy", total_steps - idm_steps, policy=True, data="unlabeled"),
         ]
 
-    def _networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        """The policy network with its (untrained) IDM, both seeded from the run."""
-        idm, net = common.networks(ctx, arch, "pair", "obs")
-        return ClassifierPolicy(net, idm=idm)
-
-    def _labels(self, ctx: RunContext, policy: ClassifierPolicy) -> tuple[FrameInputs, RowSource]:
-        """D_U's states and their labels from the frozen IDM (soft or hard), labelled once
-        per IDM and kept in the stage cache."""
-        unlabeled = TransitionFrames(ctx.unlabeled, ctx.device)
-        speed = speed_of(ctx.architecture(ctx.config.arch), ctx.device)
-        probs = label_rows(ctx.plan.cache, policy.idm.eval(), unlabeled.inputs("pair"),
-                           ctx.device, speed)  # fmt: skip
-        log_confidence(ctx, probs)
-        return unlabeled.inputs("obs"), ArgmaxRows(probs) if ctx.config.labels == "hard" else probs
-
-    def _fit_unified(self, ctx: RunContext):
-        """The same two stages with one network (e.g. UVA): trained as an IDM, it labels
-        D_U; a second copy from the same initialisation is trained as the policy."""
-        cfg: IDMLabelingConfig = ctx.config
-        idm = unified(ctx, cfg.arch, cfg.arch_options)
-        common.train_role(ctx, idm, "idm", ctx.labeled, "idm")
-        labels = idm.label(ctx.unlabeled)
-        student = idm.fresh()
-        policy = student.policy("policy")
-        common.train_role(ctx, student, "policy", ctx.unlabeled, "policy", policy, labels)
-        return policy
-
-    def _fit_networks(self, ctx: RunContext, arch: Architecture) -> ClassifierPolicy:
-        policy = self._networks(ctx, arch)
+    def fit_group(self, runs: common.Runs) -> list[Policy]:
+        """Networks: an IDM and a policy network per run. A unified model (e.g. UVA) is
+        trained as the IDM and labels D_U in its own terms (UVA: an action chunk per window,
+        so ``labels`` does not apply); the policy is a second copy from its initialisation."""
+        cfg: IDMLabelingConfig = runs.config
+        idms, nets = runs.models("idm", "policy")
 
         # Stage 1: the IDM sees (s, s') stacked and predicts the action.
-        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm", batch=ctx.config.idm_batch_size)
+        runs.fit(idms, "idm", "labeled", batch=cfg.idm_batch_size)
 
         # Stage 2: label every unlabeled transition with the frozen IDM, then clone.
-        u, labels = self._labels(ctx, policy)
-        common.fit_stage(ctx, arch, policy.net, u, labels, "policy", policy)
-        return policy
-
-    def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[ClassifierPolicy]:
-        policies = [self._networks(ctx, arch) for ctx in ctxs]
-        idms = [p.idm for p in policies]
-        common.fit_labeled_stacked(
-            ctxs, arch, idms, "pair", "idm", batch=ctxs[0].config.idm_batch_size
-        )
-
-        labeled_u = [self._labels(ctx, p) for ctx, p in zip(ctxs, policies, strict=True)]
-        states, labels = [u for u, _ in labeled_u], [y for _, y in labeled_u]
-        common.fit_stages(ctxs, arch, [p.net for p in policies], states, labels, "policy", policies)
+        labels = runs.label(idms)
+        if not runs.unified:  # a classifier's labels are action probabilities
+            labels = [kept_labels(ctx, probs) for ctx, probs in zip(runs.ctxs, labels, strict=True)]
+        policies = runs.policies(nets, idms)
+        runs.fit(nets, "policy", "unlabeled", labels, policies)
         return policies

@@ -3,21 +3,22 @@
 With the environment's ground-truth video model v* (``video_model="auto"`` where the
 environment has one, or ``"ground_truth"``) this is the paper's VM*-IDM and the whole step
 budget goes to the IDM. Otherwise a deterministic video model is learned on D_U first
-(s' = s + net(s), mean squared error), taking ``vm_fraction`` of the budget.
+(s' = s + net(s), mean squared error), taking ``vm_fraction`` of the budget. A unified
+architecture (UVA) is its own video model (``pairing``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from ssilbench.api import (
-    Architecture,
     ArchitectureName,
     ConfigError,
     EnvSpec,
+    Policy,
     RunContext,
     Stage,
     VideoModel,
@@ -25,11 +26,10 @@ from ssilbench.api import (
 )
 from ssilbench.kit import (
     RegressionVideoModel,
+    RoleModel,
     TransitionFrames,
-    VMIDMPolicy,
     fit_regressor,
     speed_of,
-    unified,
 )
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
@@ -39,6 +39,9 @@ from ssilbench_baselines.config import (
     Standardisation,
     UnifiedOptions,
 )
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 class VMIDMConfig(MethodConfig):
@@ -75,10 +78,8 @@ class VMIDMConfig(MethodConfig):
     _serialise = omitted_at_default("pairing")
 
 
-def _paired_with_initial(cfg: VMIDMConfig, spec: EnvSpec) -> bool:
-    """Whether the run pairs a unified model's IDM with its initial video model."""
-    if cfg.pairing != "initial":
-        return False
+def _unified(cfg: VMIDMConfig, spec: EnvSpec) -> bool:
+    """Whether the run's IDM is a unified model (e.g. UVA), its own video model."""
     from ssilbench.kit import architecture
 
     return bool(architecture(cfg.arch or spec.default_arch).unified)
@@ -98,8 +99,17 @@ class VMIDM(common.BaselineMethod):
     Config = VMIDMConfig
 
     def stages(self, cfg: VMIDMConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
-        if not _learned(cfg, has_video_model) or _paired_with_initial(cfg, spec):
-            # The paired video model is the shared initialisation: no stage of the run.
+        learned = _learned(cfg, has_video_model)
+        if _unified(cfg, spec):
+            if not learned:
+                raise ConfigError(
+                    "vm_idm: a unified architecture predicts its own future frames; use "
+                    "video_model=learned (or auto) with it."
+                )
+            if cfg.pairing == "initial":
+                # The paired video model is the shared initialisation: no stage of the run.
+                return [Stage("idm", total_steps, policy=True, data="labeled")]
+        elif not learned:  # the environment's v*
             return [Stage("idm", total_steps, policy=True, data="labeled")]
         vm_steps = round(total_steps * cfg.vm_fraction)
         # The learned video model reads D_U only: one per seed serves every label budget.
@@ -109,11 +119,35 @@ class VMIDM(common.BaselineMethod):
             Stage("idm", total_steps - vm_steps, policy=True, data="labeled"),
         ]
 
-    def _video_model(self, ctx: RunContext) -> VideoModel:
-        """The environment's v*, or one learned on D_U (s' = s + net(s), squared error)."""
-        cfg: VMIDMConfig = ctx.config
-        if not _learned(cfg, ctx.video_model is not None):
+    def fit_group(self, runs: common.Runs) -> list[Policy]:
+        [idms] = runs.models("idm")
+        videos = [self._video_model(ctx, idm, runs.unified)
+                  for ctx, idm in zip(runs.ctxs, idms, strict=True)]  # fmt: skip
+        policies = runs.vm_idm_policies(idms, videos)
+        runs.fit(idms, "idm", "labeled", policies=policies)
+        return policies
+
+    def _video_model(
+        self, ctx: RunContext, idm: nn.Module | RoleModel, unified: bool
+    ) -> VideoModel | RoleModel | None:
+        """The video model whose next state the run's IDM reads. Networks: the environment's
+        v*, or one learned on D_U. A unified model (e.g. UVA): with ``pairing=initial`` (the
+        paper's), a copy of its initialisation, which no stage changes, while the model is
+        trained as an IDM on D_L from that initialisation as IDM labeling trains it (the
+        same stage: the stage cache serves one to the other); with ``finetuned``, None: the
+        model itself, trained as a video model on D_U first, predicts its own future."""
+        if unified:
+            if ctx.config.pairing == "initial":
+                return idm.fresh()
+            common.train_role(ctx, idm, "video", ctx.unlabeled, "video_model")
+            return None
+        if not _learned(ctx.config, ctx.video_model is not None):
             return ctx.video_model
+        return self._learned_video_model(ctx)
+
+    def _learned_video_model(self, ctx: RunContext) -> RegressionVideoModel:
+        """A video model learned on D_U: s' = s + net(s), squared error."""
+        cfg: VMIDMConfig = ctx.config
         spec = ctx.spec
         vm_arch = ctx.architecture(cfg.vm_arch or ("mlp5" if spec.obs_kind == "vector" else "cnn5"))
         unlabeled = TransitionFrames(ctx.unlabeled, ctx.device)
@@ -131,44 +165,3 @@ class VMIDM(common.BaselineMethod):
             speed=speed,
         )  # fmt: skip
         return RegressionVideoModel(vm_net.eval(), spec.obs_shape)
-
-    def _policy(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
-        video_model = self._video_model(ctx)  # learned first, where it is learned
-        [idm] = common.networks(ctx, arch, "pair")
-        return VMIDMPolicy(idm, video_model)
-
-    def _fit_unified(self, ctx: RunContext):
-        """A unified model (e.g. UVA) as both. ``pairing=initial`` (the paper's): an IDM
-        trained on D_L from the shared initialisation, as IDM labeling trains it (the same
-        stage, so the stage cache serves one to the other), paired with the initial video
-        model, which no stage changes. ``finetuned``: one network trained as a video model
-        on D_U, then as an IDM on D_L, and sampled as VM-IDM (its predicted future read by
-        itself as an IDM)."""
-        cfg: VMIDMConfig = ctx.config
-        if not _learned(cfg, ctx.video_model is not None):
-            raise ConfigError(
-                "vm_idm: a unified architecture predicts its own future frames; use "
-                "video_model=learned (or auto) with it."
-            )
-        model = unified(ctx, cfg.arch, cfg.arch_options)
-        if cfg.pairing == "initial":
-            video = model.fresh()  # the initial video model, never trained here
-            policy = model.policy("vm_idm", video=video)
-            common.train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
-            return policy
-        common.train_role(ctx, model, "video", ctx.unlabeled, "video_model")
-        policy = model.policy("vm_idm")
-        common.train_role(ctx, model, "idm", ctx.labeled, "idm", policy)
-        return policy
-
-    def _fit_networks(self, ctx: RunContext, arch: Architecture) -> VMIDMPolicy:
-        policy = self._policy(ctx, arch)
-        common.fit_labeled(ctx, arch, policy.idm, "pair", "idm", policy)
-        return policy
-
-    def _fit_stacked(self, ctxs: list[RunContext], arch: Architecture) -> list[VMIDMPolicy]:
-        # The IDM stage of every run stacked into one computation (video models, when
-        # learned, are fitted run by run first).
-        policies = [self._policy(ctx, arch) for ctx in ctxs]
-        common.fit_labeled_stacked(ctxs, arch, [p.idm for p in policies], "pair", "idm", policies)
-        return policies

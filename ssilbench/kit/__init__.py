@@ -35,14 +35,14 @@ if TYPE_CHECKING:
     from ssilbench.kit.nets import ImpalaTrunk, mlp
     from ssilbench.kit.registered import architecture
     from ssilbench.plugins import available, import_optional
+    from ssilbench.stages import StageBudget, StagePlan, StoppingRule, WarmupLinear
     from ssilbench.train.batched import fit_classifiers
-    from ssilbench.train.budget import StageBudget, StagePlan
     from ssilbench.train.checkpoint import save_atomic
     from ssilbench.train.continuous import ContinuousPolicy, action_bounds, unit_actions
-    from ssilbench.train.loop import StoppingRule, optimise
+    from ssilbench.train.loop import optimise
     from ssilbench.train.memo import FitSettings, reuse_or_train
     from ssilbench.train.roles import RoleModel, SamplingPath, UnifiedArchitecture, unified
-    from ssilbench.train.schedule import WarmupLinear, set_lr
+    from ssilbench.train.schedule import set_lr
     from ssilbench.train.speed import Speed
     from ssilbench.train.standardise import Standardise, Standardised, trainable
     from ssilbench.train.supervised import (
@@ -76,9 +76,9 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "TransitionFrames",
     ),
     # training: fits that spend a stage's budget, labels kept in the stage cache, policies
-    "ssilbench.train.budget": ("StageBudget", "StagePlan"),
-    "ssilbench.train.loop": ("StoppingRule", "optimise"),
-    "ssilbench.train.schedule": ("WarmupLinear", "set_lr"),
+    "ssilbench.stages": ("StageBudget", "StagePlan", "StoppingRule", "WarmupLinear"),
+    "ssilbench.train.loop": ("optimise",),
+    "ssilbench.train.schedule": ("set_lr",),
     "ssilbench.train.speed": ("Speed",),
     "ssilbench.train.standardise": ("Standardise", "Standardised", "trainable"),
     "ssilbench.train.supervised": (

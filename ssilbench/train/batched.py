@@ -50,10 +50,9 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 
 from ssilbench.data.batches import RowSource, float_bytes, materialise
-from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import BatchSampler, StoppingRule
+from ssilbench.stages import StageBudget, StoppingRule, WarmupLinear
+from ssilbench.train.loop import BatchSampler
 from ssilbench.train.memo import StageCache, reusable, stage_key
-from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.speed import FLOAT32, Speed
 from ssilbench.train.supervised import fit_classifier
 

@@ -1,50 +1,16 @@
-"""The minibatch optimisation loop every method uses, so none of them re-implements it."""
+"""The minibatch optimisation loop every method uses, so none of them re-implements it, and
+the stopping rules a run's ``stop_early`` names (:class:`~ssilbench.stages.StoppingRule`
+itself is part of the contract)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from ssilbench.train.budget import StageBudget
-from ssilbench.train.schedule import WarmupLinear, set_lr
-
-
-@dataclass(frozen=True)
-class StoppingRule:
-    """When a stage may end before its budget, the same for every method and run.
-
-    Every ``check_every`` steps the full training loss (and, for classifiers, the training
-    accuracy against the targets' argmax) is measured; the stage stops when the loss is
-    below ``abs_tol``, improved by less than ``rel_tol`` (relative; None: never) since the
-    previous check, or, with ``on_accuracy``, every training example is classified
-    correctly.
-    """
-
-    check_every: int = 500
-    abs_tol: float = 1e-3
-    rel_tol: float | None = 0.001
-    on_accuracy: bool = True
-
-    def converged(self, previous: float, loss: float, accuracy: float | None) -> bool:
-        return (
-            loss < self.abs_tol
-            or (self.rel_tol is not None and (previous - loss) < self.rel_tol * previous)
-            or (self.on_accuracy and accuracy is not None and accuracy >= 1.0)
-        )
-
-    def describe(self) -> str:
-        reasons = [f"training loss < {self.abs_tol:g}"]
-        if self.rel_tol is not None:
-            reasons.append(f"improved by < {self.rel_tol:.1%} over {self.check_every} steps")
-        if self.on_accuracy:
-            reasons.append("training accuracy 100%")
-        if len(reasons) == 1:
-            return f"converged: {reasons[0]} (checked every {self.check_every} steps)"
-        return "converged: " + ", ".join(reasons[:-1]) + f", or {reasons[-1]}"
-
+from ssilbench.stages import StageBudget, StoppingRule, WarmupLinear
+from ssilbench.train.schedule import set_lr
 
 STOPPING_RULES: dict[str, StoppingRule] = {
     # The suite's fast rule: converged by any of three signs.

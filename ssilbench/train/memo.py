@@ -51,14 +51,13 @@ import torch
 from torch import nn
 
 from ssilbench.data.batches import RowSource, fingerprint
+from ssilbench.stages import StageBudget
 from ssilbench.train import leases as lease_files
-from ssilbench.train.budget import StageBudget
 from ssilbench.train.checkpoint import save_atomic, write_error
 from ssilbench.train.leases import Lease, LeaseInfo, Log
 
 if TYPE_CHECKING:
-    from ssilbench.train.loop import StoppingRule
-    from ssilbench.train.schedule import WarmupLinear
+    from ssilbench.stages import StoppingRule, WarmupLinear
     from ssilbench.train.speed import Speed
 
 # Bump when a trainer's computation changes, so that older entries are never reused.

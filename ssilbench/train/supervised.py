@@ -27,11 +27,10 @@ from ssilbench.data.batches import (
 )
 from ssilbench.data.split import LabeledView, UnlabeledView
 from ssilbench.data.tensors import pair, pair_shape
+from ssilbench.stages import StageBudget, StoppingRule, WarmupLinear
 from ssilbench.train.artifacts import cached_rows
-from ssilbench.train.budget import StageBudget
-from ssilbench.train.loop import StoppingRule, optimise
+from ssilbench.train.loop import optimise
 from ssilbench.train.memo import FitSettings, StageCache, reusable, stage_key
-from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.speed import FLOAT32, Speed
 
 

@@ -6,9 +6,10 @@ initialisation; IDM labeling trains the very same IDM (one stage-cache entry ser
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
-from ssilbench.api import RunContext, Stage, StagePlan
+from ssilbench.api import ConfigError, RunContext, Stage, StagePlan
 from ssilbench.testing import StageCache, load_plugins, random_store, split
 
 TINY = {
@@ -66,3 +67,19 @@ def test_vm_idm_pairs_the_idm_with_the_initial_video_model_and_shares_it(tmp_pat
                                 pairing="finetuned")  # fmt: skip
     assert [s.name for s in stages] == ["video_model", "idm"]
     assert finetuned.video is None
+
+
+def test_vm_idm_refuses_a_unified_model_with_a_ground_truth_video_model_when_planned():
+    # A unified model is its own video model: refused by the stage plan, before any run
+    # builds (and pretrains) it. The environment's v* is what video_model=auto would take.
+    plugins = load_plugins()
+    env = plugins.environments.create("pusht")
+    spec = env.load("pusht", env.Options()).spec
+    cls = plugins.methods.load("vm_idm")
+    for video_model in ("auto", "ground_truth"):
+        cfg = cls.Config.model_validate({"arch": "uva", "video_model": video_model})
+        with pytest.raises(ConfigError, match="a unified architecture predicts its own future "
+                           "frames; use video_model=learned"):  # fmt: skip
+            cls().stages(cfg, STEPS, spec, True)
+    learned = cls.Config.model_validate({"arch": "uva", "video_model": "learned"})
+    assert [s.name for s in cls().stages(learned, STEPS, spec, True)] == ["idm"]
