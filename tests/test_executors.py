@@ -105,8 +105,7 @@ def test_executor_flags_a_user_can_get_wrong(cli, flags, message):
     assert not (cli.results / "results.sqlite").exists() or results(cli.results) == {}
 
 
-def test_an_executor_that_refuses_after_the_claims_gives_them_back(tmp_path, capsys,
-                                                                   monkeypatch):
+def test_an_executor_that_refuses_after_the_claims_gives_them_back(tmp_path, capsys, monkeypatch):
     from ssilbench.errors import UsageError
     from ssilbench.runner.executors import SlurmExecutor
     from ssilbench.runner.results_db import ResultsStore

@@ -24,8 +24,11 @@ HOSTILE = ["[x](javascript:alert(1))", "![](http://evil.example/p.png)", "[a][b]
            "\t=1", "|", "`", "\\", "\\input{/etc/passwd}", "%", "$", "&", "_", "{", "}", "~",
            "^", "\n", "\r", "'", '"', "&lt;", "<img src=x onerror=alert(1)>",
            "<a href=\"javascript:x\">"]  # fmt: skip
-labels = (st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), min_size=1, max_size=4)
-          .map("".join).filter(str.strip))  # a blank label reads as the id it labels
+labels = (
+    st.lists(st.sampled_from(HOSTILE) | st.text(max_size=6), min_size=1, max_size=4)
+    .map("".join)
+    .filter(str.strip)
+)  # a blank label reads as the id it labels
 
 
 def table_of(method: str, env: str):

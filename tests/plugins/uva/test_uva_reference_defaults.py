@@ -306,8 +306,9 @@ def test_legacy_options_reproduce_the_earlier_model(task_ctx):
     # what any change of the model or its options moves them.
     assert _abs_sum(model.net) == pytest.approx(3789.7441570491246, rel=1e-7)
     assert _abs_sum(other.net) == pytest.approx(3790.654430285839, rel=1e-7)
-    assert float(np.abs(labels).astype(np.float64).sum()) == pytest.approx(1755.8764734752476,
-                                                                           rel=1e-7)
+    assert float(np.abs(labels).astype(np.float64).sum()) == pytest.approx(
+        1755.8764734752476, rel=1e-7
+    )
 
 
 def test_defaults_train_end_on_ema_weights_and_are_reproducible(task_ctx):
