@@ -133,8 +133,10 @@ def test_a_checkpoint_of_another_trainer_is_passed_over_with_a_notice(tmp_path, 
 
 # --- whole sweeps --------------------------------------------------------------------------
 
+# Long enough that the run is killed well before its end (the first checkpoint is at step
+# 200 of 3000), short enough to train three times in a test.
 SWEEP = ["--method", "bc", "--env", "maze:10x10", "--budgets", "256", "--seeds", "0",
-         "-c", "arch=mlp5", "--steps", "6000", "--eval-every", "1000", "--no-rollouts",
+         "-c", "arch=mlp5", "--steps", "3000", "--eval-every", "1000", "--no-rollouts",
          "--checkpoint-every", "200", "-q"]  # fmt: skip
 
 

@@ -24,19 +24,19 @@ FIRST, FOURTH = TASKS[0], TASKS[3]
 METHODS = ("uva", "bc", "idm_labeling", "vm_idm")
 
 
-def _sweep(cli, *more: str):
+def _sweep(cli, *more: str, methods: tuple[str, ...] = METHODS):
     src = cli.tmp / "hdf5"
     write_task_file(src, FIRST, demos={"demo_0": 12, "demo_1": 10, "demo_2": 9}, seed=1)
     write_task_file(src, FOURTH, demos={"demo_0": 11, "demo_1": 10}, seed=2)
     imported = cli("data", "import", "libero10", "--from", str(src), "--data-root",
                    str(cli.data), "--tasks", f"{FIRST.id},{FOURTH.id}")  # fmt: skip
     assert imported.returncode == 0, imported.stderr
-    result = cli.run("--method", ",".join(METHODS), "--env", "libero10:all", "--budgets", "1",
+    result = cli.run("--method", ",".join(methods), "--env", "libero10:all", "--budgets", "1",
                      "--seeds", "0", "--steps", "3", "-o", f"tasks={FIRST.id},{FOURTH.id}",
                      "-c", "arch_options=" + json.dumps(TINY), *more, timeout=1800)  # fmt: skip
     assert result.returncode == 0, result.stderr
     records = run_records(cli.results)
-    assert sorted(r["method"] for r in records) == sorted(METHODS)  # one run per method
+    assert sorted(r["method"] for r in records) == sorted(methods)  # one run per method
     for record in records:
         assert record["status"] == "done", record["error"]
         assert record["env"] == "libero10:all"
@@ -53,7 +53,11 @@ def test_one_multitask_run_per_method_without_rollouts(cli):
     not libero_available(), reason="LIBERO is not installed: pip install 'ssilbench[libero]'"
 )
 def test_multitask_rollouts_report_each_task(cli):
-    records = _sweep(cli, "-o", "protocol=smoke", "-o", "max_steps=3", "-o", "max_simulators=1")
+    # One method: the rollouts are the environment's, whichever policy acts (every method's
+    # multitask run trains above; UVA's rollouts in LIBERO: test_libero_uva.py).
+    records = _sweep(
+        cli, "-o", "protocol=smoke", "-o", "max_steps=3", "-o", "max_simulators=1", methods=("bc",)
+    )
     for record in records:
         metrics = json.loads(record["metrics"])
         for task in (FIRST, FOURTH):
