@@ -78,9 +78,9 @@ if TYPE_CHECKING:
     from ssilbench.plugins import load_plugins
     from ssilbench.runner.worker import RunStorage, execute, execute_many
     from ssilbench.runs.spec import Sweep
-    from ssilbench.train.batched import Stacked
     from ssilbench.train.budget import check_stages
     from ssilbench.train.memo import StageCache
+    from ssilbench.train.stacking import Stacked
 
 __all__ = [
     "ConformanceError",
@@ -130,7 +130,7 @@ _HARNESS = {
     "Evaluator": "ssilbench.eval.rollout",
     "TestSetScorer": "ssilbench.eval.diagnostics",
     "partial_path": "ssilbench.data.dataset_writer",
-    "Stacked": "ssilbench.train.batched",
+    "Stacked": "ssilbench.train.stacking",
     "LocalServer": "ssilbench.data.local_server",
 }
 

@@ -11,7 +11,7 @@ import torch
 
 from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
-from ssilbench.runner.dryrun import dry_run, interpolate, label_spans, labeled_transitions
+from ssilbench.runner.dryrun import DryRunSettings, dry_run, interpolate
 from ssilbench.runner.timings import (
     MAX_LABELED,
     Measurement,
@@ -20,6 +20,7 @@ from ssilbench.runner.timings import (
     measure,
     measurement_key,
 )
+from ssilbench.runner.workload import Recorded, label_spans, labeled_transitions
 from ssilbench.runs.spec import Sweep
 
 PLUGINS = load_plugins()
@@ -52,8 +53,8 @@ def _timings(plan, per_labeled: float = 0.0) -> Timings:
 
 
 def _policy_compute(plan, timings, **how) -> float:
-    report = dry_run(plan, PLUGINS, torch.device("cpu"), set(), None, timings,
-                     measure_missing=False, **how)  # fmt: skip
+    settings = DryRunSettings(measure_missing=False, **how)
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()), settings)
     [work] = report.works
     assert (work.method, work.stage, work.to_train) == ("bc", "policy", len(plan.runs))
     return work.seconds

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ssilbench.planning.plan import SweepPlan, TaskInfo
     from ssilbench.plugins import Plugins
-    from ssilbench.runner.dryrun import DryRun
+    from ssilbench.runner.dryrun_report import DryRun
     from ssilbench.runner.sweep import SweepSummary
     from ssilbench.runner.timings import Timings
     from ssilbench.runs.spec import Sweep
@@ -273,18 +273,23 @@ def preview_run(
     """The stage plan and estimated compute of the runs a sweep would execute, and the step
     times behind the estimate (measured now where none were kept and ``measure_missing``;
     see :func:`save_timings`). Nothing is claimed, trained or written."""
-    from ssilbench.runner.dryrun import dry_run, recorded
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
     from ssilbench.runner.timings import FILE, Timings
+    from ssilbench.runner.workload import recorded
 
     options, results_dir = prepared.options, prepared.results_dir
-    done, designs = recorded(prepared.plan, results_dir, options.retry_failed)
+    done = recorded(prepared.plan, results_dir, options.retry_failed)
     timings = Timings(results_dir / FILE)
-    cache_root = results_dir / "cache" if options.cache else None
-    report = dry_run(prepared.plan, plugins, prepared.device, done, cache_root, timings,
-                     measure_missing, workers=options.workers, log=log, stack=options.stack,
-                     executor=prepared.executor is not None, remeasure=options.remeasure,
-                     steps=PLAN_STEPS if options.save_timings else PROBE_STEPS,
-                     done_designs=designs)  # fmt: skip
+    settings = DryRunSettings(
+        workers=options.workers,
+        stack=options.stack,
+        executor=prepared.executor is not None,
+        cache_root=results_dir / "cache" if options.cache else None,
+        measure_missing=measure_missing,
+        remeasure=options.remeasure,
+        steps=PLAN_STEPS if options.save_timings else PROBE_STEPS,
+    )
+    report = dry_run(prepared.plan, plugins, prepared.device, timings, done, settings, log)
     return report, timings
 
 

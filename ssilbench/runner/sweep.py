@@ -236,123 +236,176 @@ def run_sweep(
     An ``on_progress`` that is a :class:`~ssilbench.runner.telemetry.SweepObserver` also
     follows each run while it trains (from this process and from a pool's workers) and
     hands each recorded run, curves included, to its loggers."""
-    observer = on_progress if isinstance(on_progress, SweepObserver) else None
-    store.mark_stale_interrupted()
-    statuses = store.statuses()
-    provenance = versions(plugins)
-    device_name = describe_device(device)
-    summary = SweepSummary(total=len(plan.runs))
-    notify = on_progress or (lambda event, text: None)
-
-    labels = {}
-    pending: list[int] = []
-    for index, spec in enumerate(plan.runs):
-        method_label, env_label = run_label(plan, spec)
-        labels[index] = (method_label, env_label)
-        text = f"{method_label} on {env_label}, N_L={spec.budget}, seed {spec.seed}"
-        status = statuses.get(spec.run_id)
-        if status == "done" or (status == "failed" and not retry_failed):
-            summary.skipped += 1
-            summary.failed_before += status == "failed"
-            notify("skipped", text)
-        else:
-            pending.append(index)
-
-    def describe(index: int) -> str:
-        spec = plan.runs[index]
-        return f"{labels[index][0]} on {labels[index][1]}, N_L={spec.budget}, seed {spec.seed}"
-
-    index_of = {spec.run_id: index for index, spec in enumerate(plan.runs)}
-
-    def record(result: WorkerResult) -> int:
-        index = index_of[result.run_id]
-        if result.outcome is not None:
-            store.finish(result.run_id, result.outcome, result.wall)
-            summary.done += 1
-        else:
-            assert result.failure is not None
-            store.fail(result.run_id, result.failure.traceback, result.wall)
-            summary.failed.append((describe(index), result.failure.summary))
-        if observer is not None:
-            done = result.outcome is not None
-            observer.run_ended(result.run_id, store.run(result.run_id, curves=True) if done
-                               else None)  # fmt: skip
-        notify(result.status, describe(index))
-        return index
-
-    pooled = workers > 1 and executor is None
+    sweep = SweepExecution(plan, plugins, store, device, retry_failed, on_progress)
+    pending = sweep.skip_recorded()
     units = execution_units(plan, pending, workers, stack, executor is not None)
     # A stage several runs share is trained by the first unit that needs it; the others
     # go after, so that they find it trained rather than hold a worker while they wait.
     units = leaders_first(plan, units)
+    pooled = workers > 1 and executor is None
+    if executor is not None or (pooled and len(units) > 1):
+        if setup is None:
+            raise ValueError("running elsewhere needs the PoolSetup")
+        sweep.run_elsewhere(units, setup, workers, executor)
+    else:
+        sweep.run_here(units, storage)
+    return sweep.summary
 
-    def claim(unit: list[int]) -> list[int]:
+
+class SweepExecution:
+    """One execution of a plan into a store, step by step: skip the runs recorded already,
+    claim each unit's runs, run them here or elsewhere (a pool, an executor), record each
+    result. This process alone writes the store; :attr:`summary` counts what happened.
+
+    A run is claimed (``store.start``) just before it is run, and every claimed run ends
+    recorded (done or failed), interrupted (for the next sweep to resume) or, when an
+    executor refuses before any run finished, released (as if never claimed)."""
+
+    def __init__(
+        self,
+        plan: SweepPlan,
+        plugins: Plugins,
+        store: ResultsStore,
+        device: torch.device,
+        retry_failed: bool = False,
+        on_progress: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.plugins = plugins
+        self.store = store
+        self.device = device
+        self.retry_failed = retry_failed
+        self.observer = on_progress if isinstance(on_progress, SweepObserver) else None
+        self.notify: Callable[[str, str], None] = on_progress or (lambda event, text: None)
+        self.summary = SweepSummary(total=len(plan.runs))
+        self.labels: dict[int, tuple[str, str]] = {}  # run index -> (method, env) labels
+        self.index_of = {spec.run_id: index for index, spec in enumerate(plan.runs)}
+        self.provenance = versions(plugins)
+        self.device_name = describe_device(device)
+
+    def describe(self, index: int) -> str:
+        spec = self.plan.runs[index]
+        method_label, env_label = self.labels[index]
+        return f"{method_label} on {env_label}, N_L={spec.budget}, seed {spec.seed}"
+
+    def skip_recorded(self) -> list[int]:
+        """The indices of the runs to execute: runs left 'running' by dead processes of this
+        host count as interrupted (to resume); runs done, and failed ones unless retried,
+        are skipped."""
+        self.store.mark_stale_interrupted()
+        statuses = self.store.statuses()
+        pending: list[int] = []
+        for index, spec in enumerate(self.plan.runs):
+            self.labels[index] = run_label(self.plan, spec)
+            status = statuses.get(spec.run_id)
+            if status == "done" or (status == "failed" and not self.retry_failed):
+                self.summary.skipped += 1
+                self.summary.failed_before += status == "failed"
+                self.notify("skipped", self.describe(index))
+            else:
+                pending.append(index)
+        return pending
+
+    def claim(self, unit: list[int]) -> list[int]:
         """The runs of the unit this process may run; another live sweep may hold some."""
         mine = []
         for index in unit:
-            spec = plan.runs[index]
-            if store.start(spec, *labels[index], device_name, provenance, retry_failed):
+            spec = self.plan.runs[index]
+            if self.store.start(spec, *self.labels[index], self.device_name, self.provenance,
+                                self.retry_failed):  # fmt: skip
                 mine.append(index)
-                if observer is not None:
-                    observer.run_started(spec.run_id, describe(index), spec.steps)
-                notify("claimed", describe(index))
+                if self.observer is not None:
+                    self.observer.run_started(spec.run_id, self.describe(index), spec.steps)
+                self.notify("claimed", self.describe(index))
             else:
-                summary.elsewhere += 1
-                notify("skipped", describe(index) + " (done or running in another sweep)")
+                self.summary.elsewhere += 1
+                self.notify("skipped", self.describe(index) + " (done or running in another sweep)")
         return mine
 
-    remote = executor is not None or (pooled and len(units) > 1)
-    if remote:
-        if setup is None:
-            raise ValueError("running elsewhere needs the PoolSetup")
+    def record(self, result: WorkerResult) -> int:
+        """Write one run's result into the store; the run's index."""
+        index = self.index_of[result.run_id]
+        if result.outcome is not None:
+            self.store.finish(result.run_id, result.outcome, result.wall)
+            self.summary.done += 1
+        else:
+            assert result.failure is not None
+            self.store.fail(result.run_id, result.failure.traceback, result.wall)
+            self.summary.failed.append((self.describe(index), result.failure.summary))
+        if self.observer is not None:
+            done = result.outcome is not None
+            self.observer.run_ended(result.run_id, self.store.run(result.run_id, curves=True)
+                                    if done else None)  # fmt: skip
+        self.notify(result.status, self.describe(index))
+        return index
+
+    def run_here(self, units: list[list[int]], storage: RunStorage | None = None) -> None:
+        """Claim and run each unit in this process, one after the other."""
+        for unit in units:
+            mine = self.claim(unit)
+            if not mine:
+                continue
+            more = f" (+{len(mine) - 1} stacked)" if len(mine) > 1 else ""
+            self.notify("start", self.describe(mine[0]) + more)
+            with events_to(self.observer.run_event if self.observer is not None else None):
+                outcomes = _execute(self.plan, self.plugins, [self.plan.runs[i] for i in mine],
+                                    self.device, storage)  # fmt: skip
+            for result in outcomes:
+                self.record(result)
+
+    def run_elsewhere(
+        self,
+        units: list[list[int]],
+        setup: PoolSetup,
+        workers: int = 1,
+        executor: Executor | None = None,
+    ) -> None:
+        """Run the units on ``executor``, or in a pool of ``workers`` processes, recording
+        each result as it comes back."""
         claimed: list[list[int]] = []
-
-        def claimed_units(units: list[list[int]]) -> Iterator[Unit]:
-            for unit in units:
-                if mine := claim(unit):
-                    claimed.append(mine)
-                    yield [plan.runs[i] for i in mine]
-
         if executor is not None:
-            shipped = list(claimed_units(units))  # queued on the cluster at once: claimed now
+            shipped = list(self._claimed_units(units, claimed))  # queued at once: claimed now
             units = claimed
         where = executor.describe() if executor is not None else f"{workers} workers"
         stacked = f" in {len(units)} stacked units" if any(len(u) > 1 for u in units) else ""
-        notify("start", f"{sum(map(len, units))} runs{stacked} on {where}")
+        self.notify("start", f"{sum(map(len, units))} runs{stacked} on {where}")
         # A pool claims a unit when a worker is free for it: what no worker has started
         # stays unclaimed, for another sweep on the store to take, or `not started`.
-        results = (executor.run(shipped, setup) if executor is not None
-                   else _in_pool(claimed_units(units), setup, workers, observer))  # fmt: skip
+        if executor is not None:
+            results = executor.run(shipped, setup)
+        else:
+            results = _in_pool(self._claimed_units(units, claimed), setup, workers, self.observer)
+        self._record_results(results, claimed)
+
+    def _claimed_units(self, units: list[list[int]], claimed: list[list[int]]) -> Iterator[Unit]:
+        """The specs of each unit's runs this process claims (kept in ``claimed``), claimed
+        as the unit is taken."""
+        for unit in units:
+            if mine := self.claim(unit):
+                claimed.append(mine)
+                yield [self.plan.runs[i] for i in mine]
+
+    def _record_results(self, results: Iterable[WorkerResult], claimed: list[list[int]]) -> None:
+        """Record each result; when the results stop coming, settle the claimed runs left."""
         finished: set[int] = set()
         try:
             for result in results:
-                finished.add(record(result))
+                finished.add(self.record(result))
         except SsilbenchError:
             # Refused (a cluster that cannot be reached, ...): claims are given back when no
             # run finished, else what did not finish is left for the next sweep to resume.
-            left = [plan.runs[i].run_id for u in claimed for i in u if i not in finished]
+            left = self._unfinished(claimed, finished)
             if finished:
-                store.mark_interrupted(left)
+                self.store.mark_interrupted(left)
             else:
-                store.release(left)
+                self.store.release(left)
             raise
         except ExecutorLost as exc:
             # A worker or job died (killed, out of memory, pre-empted for good): its runs and
             # the claimed ones not started are marked interrupted; the next sweep resumes them.
-            left = [plan.runs[i].run_id for u in claimed for i in u if i not in finished]
-            summary.interrupted = store.mark_interrupted(left)
-            summary.lost = str(exc)
-        return summary
+            left = self._unfinished(claimed, finished)
+            self.summary.interrupted = self.store.mark_interrupted(left)
+            self.summary.lost = str(exc)
 
-    for unit in units:
-        unit = claim(unit)
-        if not unit:
-            continue
-        notify(
-            "start", describe(unit[0]) + (f" (+{len(unit) - 1} stacked)" if len(unit) > 1 else "")
-        )
-        with events_to(observer.run_event if observer is not None else None):
-            outcomes = _execute(plan, plugins, [plan.runs[i] for i in unit], device, storage)
-        for result in outcomes:
-            record(result)
-    return summary
+    def _unfinished(self, claimed: list[list[int]], finished: set[int]) -> list[str]:
+        return [self.plan.runs[i].run_id for unit in claimed for i in unit if i not in finished]

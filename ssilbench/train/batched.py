@@ -39,21 +39,19 @@ over their own tables.
 from __future__ import annotations
 
 import contextlib
-import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call, stack_module_state
 
 from ssilbench.data.batches import RowSource, float_bytes, materialise
 from ssilbench.stages import StageBudget, StoppingRule, WarmupLinear
 from ssilbench.train.loop import BatchSampler
 from ssilbench.train.memo import StageCache, reusable, stage_key
 from ssilbench.train.speed import FLOAT32, Speed
+from ssilbench.train.stacking import Stacked, StackedAdam, padded_stack, padded_width
 from ssilbench.train.supervised import fit_classifier
 
 STACK_BYTES = 512 * 2**20
@@ -66,139 +64,6 @@ TRAINER = "classifier:stacked"
 ``fit_classifier``'s, so their entries must not stand in for each other)."""
 
 CHECKPOINT_FORMAT = "stacked"
-
-
-class Stacked(nn.Module):
-    """R copies of one module with separate parameters, applied to inputs of shape (R, B, ...)."""
-
-    def __init__(self, nets: list[nn.Module], context: Any = None) -> None:
-        super().__init__()
-        params, buffers = stack_module_state(nets)
-        self.params = nn.ParameterDict(
-            {k.replace(".", "/"): nn.Parameter(v) for k, v in params.items()}
-        )
-        self.buffers_ = {k: v for k, v in buffers.items()}
-        # Kept out of the module tree: the template has no data (meta) and must not move.
-        self._template = (copy.deepcopy(nets[0]).to("meta"),)
-        self.count = len(nets)
-        self.context = context  # from the module's ``stacked_encode``; None: vmap
-
-    def _state(self):
-        return {k.replace("/", "."): v for k, v in self.params.items()}, self.buffers_
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        params, buffers = self._state()
-        if self.context is not None:
-            return self._template[0].stacked_forward(params, x, self.context)
-        return self.apply_to(params, buffers, x)
-
-    def apply_to(
-        self,
-        params: dict[str, torch.Tensor],
-        buffers: dict[str, torch.Tensor],
-        x: torch.Tensor,
-        tables: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """The copies whose stacked parameters are ``params`` on ``x`` (R, B, ...); with
-        ``tables`` (R, U, ...), ``x`` holds rows of each copy's own ``stacked_encode`` table."""
-        template = self._template[0]
-        if tables is None:
-
-            def one(p, b, xi):
-                return functional_call(template, (p, b), (xi,))
-
-            return torch.vmap(one)(params, buffers, x)
-
-        def own(p, rows, table):
-            single = {k: v.unsqueeze(0) for k, v in p.items()}
-            return template.stacked_forward(single, rows.unsqueeze(0), table).squeeze(0)
-
-        return torch.vmap(own)(params, x, tables)
-
-    def unstack(self, nets: list[nn.Module]) -> list[nn.Module]:
-        """Copy the trained parameters back into the original modules (returned)."""
-        params, _ = self._state()
-        with torch.no_grad():
-            for r, net in enumerate(nets):
-                for name, value in net.named_parameters():
-                    value.copy_(params[name][r])
-        return nets
-
-
-def padded_width(n: int) -> int:
-    """The rows a run's data or minibatch of ``n`` rows is padded to: a function of ``n``
-    alone, at most a quarter more (up to 8 rows, exactly ``n``)."""
-    if n <= 8:
-        return n
-    step = 1 << (n.bit_length() - 3)
-    return -(-n // step) * step
-
-
-def _padded(tensors: list[torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack ragged per-run tensors on a new run axis, ``length`` rows each (at least each
-    one's own); the mask marks real rows."""
-    longest = max(length, *(len(t) for t in tensors))
-    out = tensors[0].new_zeros((len(tensors), longest, *tensors[0].shape[1:]))
-    mask = torch.zeros(len(tensors), longest, dtype=torch.bool, device=tensors[0].device)
-    for r, t in enumerate(tensors):
-        out[r, : len(t)] = t
-        mask[r, : len(t)] = True
-    return out, mask
-
-
-class StackedAdam:
-    """Adam (PyTorch's defaults) on stacked parameters, which it moves into one flat buffer
-    (so that a step is a dozen operations, however many tensors the network has). Only
-    multiplications, additions, square roots and divisions of whole tensors: each is
-    correctly rounded in a kernel's vectorised body and in its scalar tail alike, so an
-    element's update does not depend on where the runs stacked with it put it (the fused
-    kernel and ``lerp``/``addcmul`` treat the two differently)."""
-
-    def __init__(
-        self,
-        params: list[torch.Tensor],
-        lr: float,
-        steps: int = 0,
-        moments: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-    ) -> None:
-        self.params = params
-        self.lr = lr
-        self.steps = steps
-        self.betas = betas
-        self.eps = eps
-        self.sizes = [p.numel() for p in params]
-        self.flat = torch.cat([p.detach().reshape(-1) for p in params])
-        with torch.no_grad():
-            for p, view in zip(params, self._views(self.flat), strict=True):
-                p.data = view
-        if moments is None:
-            self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.flat), torch.zeros_like(self.flat)
-        else:
-            self.exp_avg, self.exp_avg_sq = (torch.cat([t.reshape(-1) for t in m]) for m in moments)
-
-    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        return [v.view_as(p) for v, p in zip(flat.split(self.sizes), self.params, strict=True)]
-
-    def moments(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The first and second moments, shaped as the parameters."""
-        return self._views(self.exp_avg), self._views(self.exp_avg_sq)
-
-    @torch.no_grad()
-    def step(self) -> None:
-        b1, b2 = self.betas
-        self.steps += 1
-        grad = torch.cat([p.grad.reshape(-1) for p in self.params])
-        self.exp_avg.mul_(b1).add_(grad * (1 - b1))
-        self.exp_avg_sq.mul_(b2).add_(grad.mul_(grad).mul_(1 - b2))
-        denom = self.exp_avg_sq.sqrt().mul_(1 / math.sqrt(1 - b2**self.steps)).add_(self.eps)
-        update = torch.div(self.exp_avg, denom).mul_(self.lr / (1 - b1**self.steps))
-        self.flat.sub_(update)
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
 
 
 @dataclass(eq=False)
@@ -237,8 +102,8 @@ class _Group:
         self.runs = runs
         self.width = runs[0].width
         self.full = runs[0].full
-        self.x, self.mask = _padded([r.x for r in runs], self.width)
-        self.y, _ = _padded([r.y for r in runs], self.width)
+        self.x, self.mask = padded_stack([r.x for r in runs], self.width)
+        self.y, _ = padded_stack([r.y for r in runs], self.width)
         self.tables = None if runs[0].table is None else torch.stack([r.table for r in runs])
         self.counts = self.mask.sum(1).cpu()
         self.stacked = Stacked([r.net for r in runs])
@@ -258,6 +123,34 @@ class _Group:
             return self.stacked.apply_to(*member[:2], x, member[2])
         params, buffers = self.stacked._state()
         return self.stacked.apply_to(params, buffers, x, self.tables)
+
+    def losses(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        mask: torch.Tensor,
+        speed: Speed,
+        member: tuple | None = None,
+        with_accuracy: bool = False,
+    ) -> Any:
+        """Each run's mean loss over its real rows (``mask``); with ``with_accuracy``, (losses,
+        accuracies) on the CPU. ``member`` (from :meth:`member`): one run's alone."""
+        soft = self.runs[0].y.is_floating_point()  # one dtype per group (its key says so)
+        with speed.autocast():
+            logits = self.forward(x, member)
+        logits = logits.float() if speed.enabled else logits
+        if soft:
+            per = -(y * F.log_softmax(logits, dim=-1)).sum(-1)
+        else:
+            per = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+            per = per.view(mask.shape)
+        count = mask.sum(1).clamp_min(1)
+        loss = (per * mask).sum(1) / count
+        if not with_accuracy:
+            return loss
+        wanted = y.argmax(-1) if soft else y
+        right = ((logits.argmax(-1) == wanted) & mask).sum(1) / count
+        return loss.cpu(), right.cpu()
 
     def store(self, runs: list[_Run] | None = None) -> None:
         """Copy the parameters and Adam moments of ``runs`` (all: None) back into them."""
@@ -389,7 +282,7 @@ def _fit_chunk(
                 encoded[memo] = encode([x], run.sampler.batch_size)
             if encoded[memo] is not None:
                 [rows], table = encoded[memo]
-                run.x, run.table = rows, _padded([table], padded_width(len(table)))[0][0]
+                run.x, run.table = rows, padded_stack([table], padded_width(len(table)))[0][0]
         _resume(run)
         groups.setdefault(run.group_key(), []).append(run)
     for runs in groups.values():
@@ -443,70 +336,16 @@ def _fit_group(
 ) -> None:
     """Train ``runs`` (same shapes, same step) in lockstep until each has spent its budget or
     stopped, or, with ``until``, until they reach that step (their state is then in them)."""
-    soft = runs[0].y.is_floating_point()
     totals = {r.budget.stage.steps for r in runs}
     if schedule is not None and len(totals) > 1:
         raise ValueError("a learning-rate schedule needs equal stage steps across stacked runs")
     g = _Group(runs, lr)
-
-    def losses(rows_x, rows_y, rows_mask, member=None, with_accuracy=False):
-        with speed.autocast():
-            logits = g.forward(rows_x, member)
-        logits = logits.float() if speed.enabled else logits
-        if soft:
-            per = -(rows_y * F.log_softmax(logits, dim=-1)).sum(-1)
-        else:
-            per = F.cross_entropy(logits.flatten(0, 1), rows_y.flatten(), reduction="none")
-            per = per.view(rows_mask.shape)
-        count = rows_mask.sum(1).clamp_min(1)
-        loss = (per * rows_mask).sum(1) / count
-        if not with_accuracy:
-            return loss
-        wanted = rows_y.argmax(-1) if soft else rows_y
-        right = ((logits.argmax(-1) == wanted) & rows_mask).sum(1) / count
-        return loss.cpu(), right.cpu()
-
     while True:
-        budget = g.runs[0].budget  # the runs of a group are in lockstep
-        if schedule is not None:
-            g.optimiser.lr = lr * schedule.factor(budget.used, budget.stage.steps)
-        batch = (g.x, g.y, g.mask) if g.full else _minibatch(g)
-        g.optimiser.zero_grad()
-        per_run = losses(*batch)
-        per_run.sum().backward()
-        g.optimiser.step()
-        if any(_evaluates_next(r.budget) for r in g.runs):
-            g.stacked.unstack([r.net for r in g.runs])  # evaluation reads the runs' modules
-        for run in g.runs:
-            run.budget.tick()
-        per_run = per_run.detach()
-        for i, run in enumerate(g.runs):  # progress and loss curves: read, never changed
-            if (watch := run.budget.plan.telemetry) is not None:
-                watch.train_loss(run.budget.stage.name, run.budget.plan.global_step, per_run, i)
+        used = _train_step(g, lr, schedule, speed)
         gone = [r for r in g.runs if r.budget.remaining == 0]
-        used = budget.used
         if rule is not None and used % rule.check_every == 0:
-            stopping = []
-            for i, run in enumerate(g.runs):
-                if run in gone:
-                    continue
-                # Run by run, on its own rows: the same sums in a group of any size.
-                mask = torch.ones(1, len(run.x), dtype=torch.bool, device=run.x.device)
-                with torch.no_grad():
-                    current, accuracy = losses(run.x[None], run.y[None], mask, g.member(i),
-                                               with_accuracy=True)  # fmt: skip
-                if rule.converged(run.previous, float(current[0]), float(accuracy[0])):
-                    stopping.append(run)
-                run.previous = float(current[0])
-            if stopping:
-                g.stacked.unstack([r.net for r in g.runs])  # stopping evaluates the modules
-            for run in stopping:
-                run.budget.stop_early(f"{rule.describe()} (step {run.budget.used})")
-            gone += stopping
-        for i, run in enumerate(g.runs):
-            checkpoints = run.budget.plan.checkpoints
-            if checkpoints is not None and run.budget.remaining and used % checkpoints.every == 0:
-                checkpoints.save(run.budget.stage.name, g.checkpoint(i))
+            gone += _stopped(g, rule, speed, gone)
+        _save_checkpoints(g, used)
         if len(gone) == len(g.runs) or used == until:
             break
         if gone:
@@ -514,6 +353,58 @@ def _fit_group(
             g.store(keep)
             g = _Group(keep, lr)
     g.store()
+
+
+def _train_step(g: _Group, lr: float, schedule: WarmupLinear | None, speed: Speed) -> int:
+    """One optimiser step of every run of the group, its budgets ticked and its training
+    losses reported; returns the step the runs stand at now."""
+    budget = g.runs[0].budget  # the runs of a group are in lockstep
+    if schedule is not None:
+        g.optimiser.lr = lr * schedule.factor(budget.used, budget.stage.steps)
+    batch = (g.x, g.y, g.mask) if g.full else _minibatch(g)
+    g.optimiser.zero_grad()
+    per_run = g.losses(*batch, speed)
+    per_run.sum().backward()
+    g.optimiser.step()
+    if any(_evaluates_next(r.budget) for r in g.runs):
+        g.stacked.unstack([r.net for r in g.runs])  # evaluation reads the runs' modules
+    for run in g.runs:
+        run.budget.tick()
+    per_run = per_run.detach()
+    for i, run in enumerate(g.runs):  # progress and loss curves: read, never changed
+        if (watch := run.budget.plan.telemetry) is not None:
+            watch.train_loss(run.budget.stage.name, run.budget.plan.global_step, per_run, i)
+    return budget.used
+
+
+def _stopped(g: _Group, rule: StoppingRule, speed: Speed, gone: list[_Run]) -> list[_Run]:
+    """The runs of the group (those not ``gone`` already) the stopping rule stops now, each
+    stopped with the rule's reason; every run checked keeps its full loss for the next check."""
+    stopping = []
+    for i, run in enumerate(g.runs):
+        if run in gone:
+            continue
+        # Run by run, on its own rows: the same sums in a group of any size.
+        mask = torch.ones(1, len(run.x), dtype=torch.bool, device=run.x.device)
+        with torch.no_grad():
+            current, accuracy = g.losses(run.x[None], run.y[None], mask, speed, g.member(i),
+                                         with_accuracy=True)  # fmt: skip
+        if rule.converged(run.previous, float(current[0]), float(accuracy[0])):
+            stopping.append(run)
+        run.previous = float(current[0])
+    if stopping:
+        g.stacked.unstack([r.net for r in g.runs])  # stopping evaluates the modules
+    for run in stopping:
+        run.budget.stop_early(f"{rule.describe()} (step {run.budget.used})")
+    return stopping
+
+
+def _save_checkpoints(g: _Group, used: int) -> None:
+    """Checkpoint the runs that go on training, at their checkpoints' interval."""
+    for i, run in enumerate(g.runs):
+        checkpoints = run.budget.plan.checkpoints
+        if checkpoints is not None and run.budget.remaining and used % checkpoints.every == 0:
+            checkpoints.save(run.budget.stage.name, g.checkpoint(i))
 
 
 def _minibatch(g: _Group) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -1,0 +1,214 @@
+"""A dry run's findings and their text: the runs a sweep would train, the stages it trains
+(shared, cached), the step times behind the estimate (measured when, at what load) and what
+it costs. :mod:`ssilbench.runner.dryrun` finds them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssilbench.data.datasets import DatasetNotBuilt
+from ssilbench.planning.plan import SweepPlan
+from ssilbench.planning.problems import Problem, dataset_problem_lines
+from ssilbench.runner.timings import Measurement
+from ssilbench.runner.workload import StageWork
+
+
+@dataclass
+class DryRun:
+    plan: SweepPlan
+    pending: list[int]
+    done: int
+    works: list[StageWork]
+    measurements: dict[str, tuple[str, Measurement | None]]
+    """By measurement key: the method and its measurement (None: not measured)."""
+    training_s: float | None
+    evaluation_s: float | None
+    other_s: float | None
+    device: str
+    workers: int
+    measured_now: set[str] = field(default_factory=set)
+    """The keys of the measurements made by this dry run (the others were kept)."""
+    by_design: int = 0
+    """Of ``done``: runs whose dataset is not built yet, found recorded by setup id (all
+    but the data, :attr:`~ssilbench.runs.spec.RunSpec.setup_id`)."""
+
+    @property
+    def wall_seconds(self) -> float | None:
+        """The estimated wall time (the compute shared among the workers), or None where
+        the training time is not known."""
+        if self.training_s is None:
+            return None
+        parts = (self.training_s, self.other_s, self.evaluation_s)
+        return sum(s for s in parts if s is not None) / max(1, self.workers)
+
+    def summary(self) -> str:
+        """One line: how many runs, and the estimate."""
+        wall = self.wall_seconds
+        cost = "no estimate" if wall is None else f"about {_hours(wall)}"
+        return (f"{len(self.pending)} run(s) to train on {self.device}: {cost} (training "
+                "steps x step times measured on this device, evaluations at most)")  # fmt: skip
+
+    def render(self) -> str:
+        lines = [
+            f"{len(self.plan.runs)} run(s): {self.done} already recorded, "
+            f"{len(self.pending)} to run, on {self.device}"
+            + (f" with {self.workers} workers" if self.workers > 1 else "")
+            + "."
+        ]
+        if self.by_design:
+            lines.append(
+                f"({self.by_design} of the recorded runs are matched by design: their "
+                "datasets are not built here yet. A run builds them first and skips these "
+                "runs where the data it builds is the data they were recorded with.)"
+            )
+        lines += self._dataset_lines()
+        if self.works:
+            lines += ["", "Stages to train:", _table(self.works)]
+            if any(w.shared for w in self.works):
+                lines.append(
+                    "  * shared: trained once for every run that needs it (by the "
+                    "first of them), or taken from the stage cache"
+                )
+        lines.append("")
+        parts = [
+            ("training", self.training_s),
+            ("labelling and data", self.other_s),
+            ("evaluation (at most)", self.evaluation_s),
+        ]
+        known = [(name, s) for name, s in parts if s is not None]
+        if known:
+            total = sum(s for _, s in known)
+            lines.append(
+                "Estimated compute: "
+                + ", ".join(f"{n} {_hours(s)}" for n, s in known)
+                + f"; in all {_hours(total)}"
+                + (
+                    f", about {_hours(total / self.workers)} of wall time"
+                    if self.workers > 1
+                    else ""
+                )
+                + "."
+            )
+        unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
+        if unmeasured:
+            lines.append(
+                f"No step times measured on this device for: {', '.join(unmeasured)} "
+                "(run 'ssilbench plan' with the same arguments to measure them)."
+            )
+        elif self.measurements:
+            lines.append(
+                "Step times: measured on this device (steady state of a few steps of "
+                "each stage on a small store of the task's shape)" + self._when() + "."
+            )
+            labeled = sorted({m.labeled for _, m in self.measurements.values()
+                              if m is not None and m.labeled is not None})  # fmt: skip
+            if labeled:
+                lines.append(
+                    "Each method and task is measured at the smallest and largest of its "
+                    "runs' label budgets ("
+                    + ", ".join(f"{n:,}" for n in labeled)
+                    + " labeled transitions), and a run's step time is interpolated "
+                    "linearly between."
+                )
+            sizes = sorted({m.stacked for _, m in self.measurements.values()
+                            if m is not None and m.stacked > 1})  # fmt: skip
+            if sizes:
+                lines.append(
+                    "Runs the sweep stacks are measured stacked too ("
+                    + ", ".join(map(str, sizes))
+                    + " runs fitted together, as many as share a unit and a label budget); "
+                    "s/step is one run's share."
+                )
+        return "\n".join(lines)
+
+    def _when(self) -> str:
+        """When and at what load the step times were measured: now, or kept from earlier
+        plans (the oldest), with how to measure them again."""
+        found = {key: m for key, (_, m) in self.measurements.items() if m is not None}
+        parts = []
+        now = [m for key, m in found.items() if key in self.measured_now]
+        kept = [m for key, m in found.items() if key not in self.measured_now]
+        if now:
+            parts.append("now" + _at_load(now))
+        if kept:
+            oldest = min(m.measured_at for m in kept)
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(oldest))
+            parts.append(f"{len(kept)} kept in timings.json from earlier plans (the oldest from "
+                         f"{stamp}{_at_load(kept)}; 'ssilbench plan --remeasure' measures "
+                         "them again)")  # fmt: skip
+        return ": " + "; ".join(parts) if parts else ""
+
+    def _dataset_lines(self) -> list[str]:
+        """The tasks without a dataset yet: those a run builds, and those it cannot (not
+        imported or damaged), listed with what to do as a run would list them."""
+        absent = [t for t in self.plan.tasks.values() if t.dataset is None]
+        if not absent:
+            return []
+        built = sorted(t.env for t in absent if isinstance(t.unavailable, DatasetNotBuilt))
+        lines = []
+        if built:
+            lines.append(f"Datasets a run builds first: {', '.join(built)}.")
+        missing = [
+            Problem("dataset", t.env, t.unavailable, t)
+            for t in absent
+            if t.unavailable is not None and not isinstance(t.unavailable, DatasetNotBuilt)
+        ]
+        if missing:
+            lines.append("Datasets a run cannot make (without them the sweep stops before it "
+                         "starts):")  # fmt: skip
+            lines += dataset_problem_lines(missing, self.plan.data_root or Path("DATA_ROOT"))
+        lines.append("(Step times of tasks without a dataset are measured on random frames "
+                     "of their shape.)")  # fmt: skip
+        return lines
+
+
+def _hours(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:,.1f} h"
+
+
+def _at_load(measurements: list[Measurement]) -> str:
+    loads = [m.load for m in measurements if m.load is not None]
+    if not loads:
+        return ""
+    low, high = min(loads), max(loads)
+    return f", at load {low:.1f}" if high - low < 0.05 else f", at load {low:.1f}-{high:.1f}"
+
+
+def _step_time(work: StageWork) -> str:
+    if not work.to_train:
+        return "-"
+    return "?" if work.seconds_per_step is None else f"{work.seconds_per_step:.4g}"
+
+
+def _table(works: list[StageWork]) -> str:
+    head = ("method", "stage", "steps", "runs", "trainings", "cached", "s/step", "compute")
+    rows = [head]
+    for w in works:
+        rows.append(
+            (
+                w.method,
+                w.stage + ("*" if w.shared else ""),
+                f"{w.steps:,}",
+                str(w.runs),
+                str(w.trainings),
+                str(w.cached),
+                _step_time(w),
+                "?" if w.seconds is None else _hours(w.seconds),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join(
+        "  "
+        + "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )
