@@ -22,7 +22,7 @@ from ssilbench.planning.plan import build_plan
 from ssilbench.plugins import load_plugins
 from ssilbench.runner.worker import execute
 from ssilbench.runs.spec import Sweep
-from ssilbench.train.budget import StagePlan
+from ssilbench.stages import StagePlan
 
 METHODS = ["bc", "idm_labeling", "vm_idm"]
 STEPS = 300

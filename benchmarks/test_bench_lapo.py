@@ -23,7 +23,7 @@ import torch
 from ssilbench.api import EnvSpec, Normaliser, RunContext, Stage
 from ssilbench.data.batches import FrameInputs, TransitionFrames
 from ssilbench.data.split import UnlabeledView
-from ssilbench.train.budget import StagePlan
+from ssilbench.stages import StagePlan
 from ssilbench.train.supervised import fit_classifier, fit_regressor, speed_of
 from ssilbench_baselines.impala import Impala, ImpalaBF16, mlp
 from ssilbench_lapo.world_model import (

@@ -78,7 +78,7 @@ from ssilbench.api import Stage
 from ssilbench.data.batches import TransitionFrames
 from ssilbench.data.split import UnlabeledView
 from ssilbench.data.tensors import pair
-from ssilbench.train.budget import StagePlan
+from ssilbench.stages import StagePlan
 from ssilbench.train.loop import optimise
 from ssilbench.train.speed import Speed
 from ssilbench.train.supervised import fit_classifier, fit_rows, predict_probs

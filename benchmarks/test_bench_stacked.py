@@ -15,8 +15,8 @@ import torch
 
 from ssilbench.api import Stage
 from ssilbench.data.tensors import as_model_input, pair
+from ssilbench.stages import StagePlan
 from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.budget import StagePlan
 from ssilbench_baselines.architectures import CNN1, MLP5
 from ssilbench_baselines.conv_max import distinct_patch_ids
 from ssilbench_maze.environment import MazeEnvironment, MazeOptions

@@ -41,7 +41,7 @@ import torch
 
 from ssilbench.api import RunContext, Stage
 from ssilbench.data.split import UnlabeledView
-from ssilbench.train.budget import StagePlan
+from ssilbench.stages import StagePlan
 from ssilbench_pusht.environment import PushTOptions, PushTTask
 from ssilbench_uva.architecture import Shared, UVAPolicy, UVARoleModel, layout_for, network
 from ssilbench_uva.autoencoder import KLAutoencoder

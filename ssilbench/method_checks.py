@@ -54,7 +54,7 @@ def check_method(
     from ssilbench.planning.plan import MethodInfo, TaskInfo
     from ssilbench.planning.values import validate_model
     from ssilbench.plugins import load_plugins
-    from ssilbench.train.budget import StepParityError, check_stages
+    from ssilbench.stages import StepParityError, check_stages
 
     cls = method if isinstance(method, type) else type(method)
     name = cls.__name__

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from ssilbench.plugins import load_plugins
     from ssilbench.runner.worker import RunStorage, execute, execute_many
     from ssilbench.runs.spec import Sweep
-    from ssilbench.train.budget import check_stages
+    from ssilbench.stages import check_stages
     from ssilbench.train.memo import StageCache
     from ssilbench.train.stacking import Stacked
 
@@ -121,7 +121,7 @@ _HARNESS = {
     "execute": "ssilbench.runner.worker",
     "execute_many": "ssilbench.runner.worker",
     "RunStorage": "ssilbench.runner.worker",
-    "check_stages": "ssilbench.train.budget",
+    "check_stages": "ssilbench.stages",
     "check_method": "ssilbench.method_checks",
     "split": "ssilbench.data.split",
     "StageCache": "ssilbench.train.memo",

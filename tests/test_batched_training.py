@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from ssilbench.api import Stage
+from ssilbench.stages import StagePlan
 from ssilbench.train.batched import StackedAdam, fit_classifiers, padded_width
-from ssilbench.train.budget import StagePlan
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import StoppingRule
 from ssilbench.train.supervised import fit_classifier

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ssilbench.api import Stage
-from ssilbench.train.budget import StagePlan, StepParityError, check_stages
+from ssilbench.stages import StagePlan, StepParityError, check_stages
 from ssilbench.train.loop import BatchSampler, optimise
 
 POLICY = object()  # any object stands in for the policy being trained

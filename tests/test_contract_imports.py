@@ -178,13 +178,12 @@ def test_plugins_and_the_core_share_the_contracts_types():
     import ssilbench.api as api
     import ssilbench.kit as kit
     from ssilbench import stages
-    from ssilbench.train import budget, loop, schedule
+    from ssilbench.train import loop, schedule
 
     for name in ("Stage", "StagePlan", "StageBudget", "StoppingRule"):
         assert getattr(api, name) is getattr(stages, name)
     for name in ("StagePlan", "StageBudget", "StoppingRule", "WarmupLinear"):
         assert getattr(kit, name) is getattr(stages, name)
-    assert (budget.StagePlan, budget.StageBudget) == (stages.StagePlan, stages.StageBudget)
     assert loop.StoppingRule is stages.StoppingRule
     assert schedule.WarmupLinear is stages.WarmupLinear
     for module, names in RE_EXPORTED.items():

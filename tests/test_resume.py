@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ssilbench.api import Stage
-from ssilbench.train.budget import StagePlan
+from ssilbench.stages import StagePlan
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import optimise
 

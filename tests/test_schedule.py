@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from ssilbench.api import Stage
+from ssilbench.stages import StagePlan
 from ssilbench.train.batched import fit_classifiers
-from ssilbench.train.budget import StagePlan
 from ssilbench.train.loop import optimise
 from ssilbench.train.schedule import WarmupLinear
 from ssilbench.train.supervised import fit_classifier

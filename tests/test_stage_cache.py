@@ -19,8 +19,8 @@ from torch import nn
 
 from ssilbench.api import Stage
 from ssilbench.cli import cli as ssilbench_cli
+from ssilbench.stages import StagePlan
 from ssilbench.train import leases
-from ssilbench.train.budget import StagePlan
 from ssilbench.train.memo import StageCache, reusable, reuse_or_train
 from ssilbench.train.supervised import fit_classifier
 

@@ -47,7 +47,7 @@ from ssilbench.runs.spec import (
     RunSpec,
     Sweep,
 )
-from ssilbench.train.budget import StepParityError, check_stages
+from ssilbench.stages import StepParityError, check_stages
 
 
 def architecture_options_fields(config_model: type[BaseModel]) -> dict[str, str]:

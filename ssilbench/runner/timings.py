@@ -39,7 +39,7 @@ from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.tensors import as_model_input
 from ssilbench.planning.plan import MethodInfo, TaskInfo
 from ssilbench.runner.worker import RunInputs
-from ssilbench.train.budget import StageBudget, StagePlan
+from ssilbench.stages import StageBudget, StagePlan
 
 FILE = "timings.json"
 SAMPLE_FRAMES = 1024

@@ -25,7 +25,7 @@ from ssilbench.plugins import Plugins
 from ssilbench.runner.telemetry import RunTelemetry, current_sink
 from ssilbench.runs.records import RunOutcome
 from ssilbench.runs.spec import RunSpec
-from ssilbench.train.budget import StagePlan, check_stages
+from ssilbench.stages import StagePlan, check_stages
 from ssilbench.train.checkpoint import RunCheckpoints
 from ssilbench.train.loop import seed_everything, stopping_rule
 from ssilbench.train.memo import StageCache
