@@ -44,7 +44,7 @@ python3 -c "import torch; print('torch', torch.__version__)"
 mkdir -p "$results"
 if [ "$(cat "$results/.gpu-tests-passed" 2>/dev/null)" = "$tree" ]; then
   echo "the GPU tests passed on this machine for these sources: not run again" | tee "$out/tests.log"
-elif python3 -m pytest -q -p no:cacheprovider tests/test_batched_training.py 2>&1 \
+elif python3 -m pytest -q -p no:cacheprovider tests/train/test_batched_training.py 2>&1 \
     | tee "$out/tests.log"; then
   echo "$tree" > "$results/.gpu-tests-passed"
 fi

@@ -8,7 +8,7 @@ type and bounds in both; the flags of ``ssilbench run`` and ``plan`` are made fr
 fields (``ssilbench.cli.run``), and the checks of those flags' values take the bounds from
 here (``ssilbench.planning.options``). A field's name is its sweep-file key; its ``flag``
 is the command-line spelling. Adding a setting here adds the flag, the key and the field of
-the sweep; ``tests/test_run_settings.py`` proves each flag has its key with the same
+the sweep; ``tests/runs/test_run_settings.py`` proves each flag has its key with the same
 bounds, and the reverse.
 """
 

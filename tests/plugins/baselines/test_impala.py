@@ -1,5 +1,5 @@
 """The ``impala`` architectures (paper appendix "ProcGen Experiments"), built on the core's
-IMPALA encoder (``ssilbench.kit.ImpalaTrunk``, tested in tests/test_nets.py)."""
+IMPALA encoder (``ssilbench.kit.ImpalaTrunk``, tested in tests/kit/test_nets.py)."""
 
 from __future__ import annotations
 

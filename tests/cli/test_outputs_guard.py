@@ -14,7 +14,7 @@ import pytest
 
 from ssilbench.testing import cli_exit_code
 
-SWEEP = Path(__file__).resolve().parents[1] / "benchmarks" / "paper" / "goal-complexity.toml"
+SWEEP = Path(__file__).resolve().parents[2] / "benchmarks" / "paper" / "goal-complexity.toml"
 RUN = ["run", "--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--seeds", "0",
        "--steps", "20", "-q"]  # fmt: skip
 

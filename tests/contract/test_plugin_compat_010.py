@@ -19,8 +19,8 @@ import pytest
 from ssilbench.api import API_VERSION
 from ssilbench.testing import cli_exit_code, run_records
 
-COMPAT = Path(__file__).resolve().parent / "compat_010"
-CORE = Path(__file__).resolve().parents[1] / "ssilbench"
+COMPAT = Path(__file__).resolve().parents[1] / "compat_010"
+CORE = Path(__file__).resolve().parents[2] / "ssilbench"
 # What each deprecated use must say: the old name and its replacement.
 EXPECTED = {
     "data.store": ("the module ssilbench.data.store is deprecated", "from ssilbench.api"),

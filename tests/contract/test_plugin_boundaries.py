@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLUGINS = REPO / "plugins"
 TESTS = REPO / "tests"
 PLUGIN_TESTS = TESTS / "plugins"

@@ -44,12 +44,13 @@ from pathlib import Path
 
 import click
 import pytest
-from docs_walkthroughs import walkthrough_installed
 
 from ssilbench.cli import cli
 from ssilbench.testing import cli_exit_code
 
-ROOT = Path(__file__).resolve().parent.parent
+from .docs_walkthroughs import walkthrough_installed
+
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md"]
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.

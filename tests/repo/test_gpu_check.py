@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "check.py"
 
 
 @pytest.fixture(scope="module")

@@ -213,7 +213,7 @@ def test_an_integer_generator_salt_seeds_as_in_api_1_0_and_warns(ctx):
 def test_every_removed_name_has_its_replacement_in_the_changelog():
     from pathlib import Path
 
-    changelog = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text()
+    changelog = (Path(__file__).resolve().parents[2] / "CHANGELOG.md").read_text()
     for old in ("RunContext.extras", "RunContext.generator(salt)", "ssilbench.data.store"):
         assert old in changelog, old
     assert f"API {API_VERSION}" in changelog

@@ -231,7 +231,7 @@ def test_status_counts_a_sweep_files_runs(tmp_path, capsys, monkeypatch):
     assert code == 2 and "--quick needs --sweep" in err
 
 
-@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path(__file__).parent.parent
+@pytest.mark.parametrize("path", sorted(__import__("pathlib").Path(__file__).parents[2]
                                         .joinpath("benchmarks", "paper").glob("*.toml")),
                          ids=lambda p: p.stem)  # fmt: skip
 def test_paper_studies_label_every_method_their_claims_name(path, tmp_path):

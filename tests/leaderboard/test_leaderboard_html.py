@@ -21,7 +21,7 @@ from ssilbench.runs.spec import RunSpec
 NORM = {"name": "success rate", "low": 0.0, "high": 1.0, "source": "rollout success"}
 EVIL = "<script>alert(1)</script>"
 ARTIFACTS = Path(
-    os.environ.get("SSILBENCH_TEST_ARTIFACTS", Path(__file__).parent.parent / ".test-artifacts")
+    os.environ.get("SSILBENCH_TEST_ARTIFACTS", Path(__file__).parents[2] / ".test-artifacts")
 )
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -17,7 +17,7 @@ from ssilbench.planning.sweepfile import Block, QuickOverrides
 from ssilbench.runs import settings as st
 from ssilbench.runs.spec import RunSpec, Sweep
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 BLOCK_ONLY = {"panel", "name", "quick"}  # where a block's runs are drawn: not run settings
 REQUIRED = {"methods": "bc", "envs": "maze:10x10", "budgets": "16"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "architecture.md"
 ENTRY = re.compile(r"^(?P<indent> *)(?P<name>[\w.-]+/?)(?:\s{2,}|$)")
 

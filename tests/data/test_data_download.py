@@ -279,7 +279,7 @@ def test_every_built_in_manifest_parses_and_covers_its_tasks(plugins):
     assert dl.packaged_manifest(plugins.environments.create("maze")) is None
 
 
-CARDS = Path(__file__).resolve().parents[1] / "docs" / "environments"
+CARDS = Path(__file__).resolve().parents[2] / "docs" / "environments"
 
 
 @pytest.mark.parametrize("family", ["procgen", "pusht", "libero10"])

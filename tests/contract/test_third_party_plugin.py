@@ -20,7 +20,7 @@ import pytest
 
 from ssilbench.errors import DatasetError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "plugin-example"
 CLI = [sys.executable, "-c", "from ssilbench.cli import main; main()"]
 IGNORE = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")

@@ -188,7 +188,7 @@ def test_stage_cache_keys_hold_the_code_that_computes_the_stage(walkplug, tmp_pa
 def test_a_working_tree_plugin_is_fingerprinted_from_its_files():
     """The built-in plugins are installed from this working tree (editable): their
     fingerprint is that of the files here."""
-    folder = Path(__file__).resolve().parents[1] / "plugins" / "ssilbench_maze"
+    folder = Path(__file__).resolve().parents[2] / "plugins" / "ssilbench_maze"
     digest = hashlib.sha256()
     files = sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
     for path in files:

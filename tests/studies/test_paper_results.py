@@ -21,7 +21,7 @@ from ssilbench.studies.report import NOT_CHECKED, check
 from ssilbench.studies.study import RunSource, study_runs
 from ssilbench.testing import cli_exit_code, load_plugins
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "docs" / "paper"
 EXPORTS = {"paper": PAPER / "results" / "mazes-paper.jsonl.gz",
            "fast": PAPER / "results" / "mazes-fast.jsonl.gz"}  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "ssilbench"
 
 CONTRACT = {
@@ -171,7 +171,7 @@ def test_the_rule_is_stated_where_the_contract_is_described():
     for module in sorted(CONTRACT | set(RE_EXPORTED)):
         path = module.removeprefix("ssilbench.").replace(".", "/") + ".py"
         assert f"`{path}`" in section, f"docs/architecture.md's contract section omits {path}"
-    assert "tests/test_contract_imports.py" in section
+    assert "tests/contract/test_contract_imports.py" in section
 
 
 def test_plugins_and_the_core_share_the_contracts_types():

@@ -1,5 +1,5 @@
 """Walk-throughs of docs/plugin-authors.md as installed plugins, for
-``tests/test_docs_examples.py``: the example distribution of ``docs/plugin-example`` laid
+``tests/repo/test_docs_examples.py``: the example distribution of ``docs/plugin-example`` laid
 out as pip installs it, and the files a page's ``file`` blocks hold."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "plugin-example"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "plugin-example"
 
 
 @contextlib.contextmanager

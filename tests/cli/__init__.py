@@ -1,0 +1,1 @@
+"""Tests of the ssilbench command: messages, exit codes, outputs."""

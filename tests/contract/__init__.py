@@ -1,0 +1,1 @@
+"""Tests of the plugin contract: loading plugins, registries, conformance, compatibility."""

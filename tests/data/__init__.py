@@ -1,0 +1,1 @@
+"""Tests of ssilbench.data: the transition store, the split, batches, downloads."""

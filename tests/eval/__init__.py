@@ -1,0 +1,1 @@
+"""Tests of ssilbench.eval: rollouts and evaluation."""

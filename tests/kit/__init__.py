@@ -1,0 +1,1 @@
+"""Tests of the toolkit plugins build on (ssilbench.kit)."""

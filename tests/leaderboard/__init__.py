@@ -1,0 +1,1 @@
+"""Tests of ssilbench.leaderboard: tables, statistics and every export format."""

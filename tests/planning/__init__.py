@@ -1,0 +1,1 @@
+"""Tests of ssilbench.planning: values, options, sweep files, resolve and prepare."""

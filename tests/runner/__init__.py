@@ -1,0 +1,1 @@
+"""Tests of ssilbench.runner: executing sweeps, workers, executors, progress, estimates."""

@@ -1,0 +1,1 @@
+"""Tests of ssilbench.studies: the paper's reports, figures and analysis."""

@@ -1,0 +1,1 @@
+"""Tests of ssilbench.train: step budgets, the loops, stacked training, the stage cache."""
