@@ -33,6 +33,7 @@ from ssilbench.env_spec import (
     EnvSpec,
     NoOptions,
     Normaliser,
+    PaperProtocol,
     omitted_at_default,
 )
 from ssilbench.errors import (
@@ -82,6 +83,7 @@ __all__ = [
     "Method",
     "NoOptions",
     "Normaliser",
+    "PaperProtocol",
     "PluginError",
     "Policy",
     "RunContext",
@@ -256,6 +258,11 @@ class Environment(ABC):
     task_kind: ClassVar[str] = "task"
     """What :meth:`load`'s error for a name not in :meth:`tasks` calls a task
     (``"procgen game"``)."""
+    paper_protocol: ClassVar[PaperProtocol | None] = None
+    """Optional: the label budgets, seeds and steps of the paper's experiment on this family
+    (:class:`PaperProtocol`). ``ssilbench run`` takes them when the command gives no
+    ``--budgets`` (or ``--seeds``), and says so; a family without one needs ``--budgets``
+    (and runs seed 0 unless ``--seeds`` says otherwise)."""
     downloads: ClassVar[str | None] = None
     """Optional: the download manifest of the family's published data, ``"package:file"``
     naming a TOML file shipped as package data (``"ssilbench_procgen:downloads.toml"``).

@@ -1,5 +1,6 @@
-"""The static description of a task (:class:`EnvSpec`, with its :class:`Normaliser`) and
-the options models environments share. Part of the plugin contract: import these names
+"""The static description of a task (:class:`EnvSpec`, with its :class:`Normaliser`), the
+paper's experiment on a family (:class:`PaperProtocol`) and the options models environments
+share. Part of the plugin contract: import these names
 from :mod:`ssilbench.api`."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -75,6 +77,33 @@ class EnvSpec(BaseModel):
     report: Literal["final", "max"] = "final"
     """Which evaluation a leaderboard reports: after training, or the best during training."""
     metadata: dict[str, Any] = {}
+
+
+class PaperProtocol(BaseModel):
+    """The paper's experiment on an environment family: the label budgets and seeds its
+    figure used, and the training steps per run where they differ from the tasks' defaults.
+    ``ssilbench run`` takes them when the command gives no ``--budgets`` or ``--seeds``, and
+    says so (an :class:`Environment` declares it in ``paper_protocol``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budgets: tuple[str, ...] = Field(min_length=1)
+    """Label budgets as ``--budgets`` takes them ("16", "0.05", "all"), in the family's
+    budget unit (transitions, or demonstrations per task)."""
+    seeds: tuple[int, ...] = Field(min_length=1)
+    steps: int | None = Field(None, ge=1)
+    """Training steps per run; None: each task's ``EnvSpec.default_steps``."""
+    figure: str
+    """Where the paper reports it, e.g. "Figure 3"."""
+    source: str = ""
+    """Where the numbers come from (the paper's text, its code), for the card and messages."""
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _as_text(cls, value: Any) -> Any:
+        if isinstance(value, list | tuple):
+            return tuple(v if isinstance(v, str) else str(v) for v in value)
+        return value
 
 
 def omitted_at_default(*fields: str) -> Any:

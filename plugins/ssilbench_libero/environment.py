@@ -17,6 +17,7 @@ from ssilbench.api import (
     Environment,
     EnvSpec,
     Normaliser,
+    PaperProtocol,
     PluginError,
     Task,
     UsageError,
@@ -417,6 +418,16 @@ class Libero10Environment(Environment):
     task_kind = "libero10 task"
     # The published data `ssilbench data download libero10` fetches (package data).
     downloads: ClassVar[str | None] = "ssilbench_libero:downloads.toml"
+    # Figure 6: D_L of 2 demonstrations per task (about 5%, all in D_U without actions), 3
+    # training seeds (D_L drawn again for each; the paper names no seed values: 0, 1, 2),
+    # 50,000 steps.
+    paper_protocol: ClassVar[PaperProtocol | None] = PaperProtocol(
+        budgets=("2",),
+        seeds=(0, 1, 2),
+        steps=DEFAULT_STEPS,
+        figure="Figure 6",
+        source="the paper's Figure 6 caption and its appendix (50,000 steps)",
+    )
 
     def tasks(self) -> list[str]:
         return list(TASK_IDS)

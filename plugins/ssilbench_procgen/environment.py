@@ -15,6 +15,7 @@ from ssilbench.api import (
     Environment,
     EnvSpec,
     Normaliser,
+    PaperProtocol,
     Task,
     TestSet,
     UsageError,
@@ -315,6 +316,16 @@ class ProcgenEnvironment(Environment):
     task_kind = "procgen game"
     # The published data `ssilbench data download procgen` fetches (package data).
     downloads: ClassVar[str | None] = "ssilbench_procgen:downloads.toml"
+    # Figure 3: the paper's code sweeps these D_L sizes (OBSERVED_SAMPLES of its launch
+    # scripts, -1 = all) with seeds 11, 22, 33, every method 120,000 steps.
+    paper_protocol: ClassVar[PaperProtocol | None] = PaperProtocol(
+        budgets=("16", "32", "64", "128", "256", "512", "1024", "2048", "4096", "8192",
+                 "32768", "131072", "524288", "all"),
+        seeds=(11, 22, 33),
+        steps=DEFAULT_STEPS,
+        figure="Figure 3",
+        source="sachaMorin/lapo-plus: OBSERVED_SAMPLES and SEEDS of its launch scripts",
+    )  # fmt: skip
 
     def tasks(self) -> list[str]:
         return list(GAMES)

@@ -15,6 +15,7 @@ from ssilbench.api import (
     Environment,
     EnvSpec,
     Normaliser,
+    PaperProtocol,
     Task,
     unknown,
 )
@@ -151,6 +152,16 @@ class PushTEnvironment(Environment):
     task_kind = "pusht task"
     # The published data `ssilbench data download pusht` fetches (package data).
     downloads: ClassVar[str | None] = "ssilbench_pusht:downloads.toml"
+    # Figure 6: D_L of 10 demonstrations (about 5% of them, all in D_U without actions), 3
+    # training seeds (D_L drawn again for each; the paper names no seed values: 0, 1, 2),
+    # 50,000 steps.
+    paper_protocol: ClassVar[PaperProtocol | None] = PaperProtocol(
+        budgets=("10",),
+        seeds=(0, 1, 2),
+        steps=DEFAULT_STEPS,
+        figure="Figure 6",
+        source="the paper's Figure 6 caption and its appendix (50,000 steps)",
+    )
 
     def tasks(self) -> list[str]:
         return list(TASKS)

@@ -138,6 +138,8 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
     executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
     options = RunOptions.of(**flags, executor=executor)
     prepared = prepare_run(state.plugins, options)
+    for note in prepared.plan.notes:  # what planning chose: a family's paper protocol
+        click.echo(note, err=True)
     if options.dry_run:
         preview, timings = preview_run(prepared, state.plugins, state.log())
         click.echo(preview.render())

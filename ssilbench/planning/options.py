@@ -195,7 +195,8 @@ class RunOptions:
         if missing:
             wanted = ", ".join(flag(name) for name in required()[:-1])
             raise UsageError(f"Missing {', '.join(missing)}: give {wanted} and "
-                             f"{flag(required()[-1])}, or --sweep FILE.")  # fmt: skip
+                             f"{flag(required()[-1])} (and --budgets where an environment "
+                             "family declares no paper protocol), or --sweep FILE.")  # fmt: skip
         for name in settings():
             if extra(name)["kind"] == "count":
                 _within(self.settings.get(name), name)

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
 from ssilbench.data.datasets import DatasetNotBuilt, TransitionStore, read_only, task_dataset
-from ssilbench.data.split import available_items, resolve_budget
+from ssilbench.data.split import available_items, parse_budget, resolve_budget
 from ssilbench.errors import (
     ConfigError,
     DatasetError,
@@ -108,6 +108,8 @@ class SweepPlan:
     methods: dict[str, MethodInfo] = field(default_factory=dict)  # by method_key
     stages: dict[str, list[Stage]] = field(default_factory=dict)  # by run id
     data_root: Path | None = None  # where prepare() looked for the datasets
+    notes: list[str] = field(default_factory=list)
+    """What planning chose for the user (a family's paper protocol), to say before it runs."""
 
     @staticmethod
     def task_key(spec: RunSpec) -> str:
@@ -133,6 +135,7 @@ class SweepPlan:
                 self.tasks[key] = task
         self.methods.update(other.methods)
         self.stages.update(other.stages)
+        self.notes += [note for note in other.notes if note not in self.notes]
 
     @classmethod
     def of(cls, plugins: Plugins, specs: list[RunSpec]) -> SweepPlan:
@@ -324,7 +327,7 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
                         environment=environment)  # fmt: skip
         spec = info.spec
         has_vm = info.task.video_model() is not None
-        steps = sweep.total_steps(spec.default_steps)
+        budgets, seeds, steps = experiment(sweep, family, environment, spec.default_steps, plan)
         stages = {}
         for m in methods.values():
             _check_architectures(m, spec, plugins)
@@ -339,8 +342,8 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
         plan.tasks[info.env + json.dumps(options_json, sort_keys=True)] = info
         for method_name in sweep.methods:
             identity = identify(plugins, methods[method_name], info)
-            for budget in sweep.budgets:
-                for seed in sweep.seeds:
+            for budget in budgets:
+                for seed in seeds:
                     plan.runs.append(
                         run := RunSpec(
                             method=method_name,
@@ -358,6 +361,38 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
                     )
                     plan.stages[run.run_id] = stages[method_name]
     return plan
+
+
+def experiment(
+    sweep: Sweep, family: str, environment: Environment, default_steps: int, plan: SweepPlan
+) -> tuple[list[str], list[int], int]:
+    """The label budgets, seeds and steps of the sweep's runs on a task of ``family``: what
+    the sweep gives, else the family's paper protocol (noted once in ``plan.notes``); a
+    family without one needs budgets, and runs seed 0."""
+    protocol = environment.paper_protocol
+    if sweep.budgets is None and protocol is None:
+        raise UsageError(
+            f"Missing --budgets: the environment family '{family}' declares no paper protocol "
+            "to take them from. Give them, e.g. --budgets 16,64,all (and --seeds), or run a "
+            "sweep file with --sweep FILE (the paper's are in benchmarks/paper/)."
+        )
+    budgets = sweep.budgets if sweep.budgets is not None else [
+        parse_budget(b) for b in protocol.budgets]  # fmt: skip
+    seeds = sweep.seeds if sweep.seeds is not None else (
+        list(protocol.seeds) if protocol is not None else [0])  # fmt: skip
+    own_steps = sweep.steps is not None or sweep.steps_scale is not None
+    steps = sweep.total_steps(default_steps)
+    if not own_steps and protocol is not None and protocol.steps is not None:
+        steps = protocol.steps
+    taken = [what for what, given in (("budgets", sweep.budgets), ("seeds", sweep.seeds))
+             if given is None]  # fmt: skip
+    if protocol is not None and taken:
+        note = (f"{family}: {' and '.join(taken)} not given: the paper's protocol "
+                f"({protocol.figure}): budgets {','.join(budgets)}; seeds "
+                f"{','.join(map(str, seeds))}; {steps:,} steps per run")  # fmt: skip
+        if note not in plan.notes:
+            plan.notes.append(note)
+    return budgets, seeds, steps
 
 
 def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> SweepPlan:
@@ -382,7 +417,7 @@ def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> Swee
             plan.tasks[key].task.check_rollouts()
         except SsilbenchError as exc:
             problems.append(Problem("simulator", plan.tasks[key].env, exc, plan.tasks[key]))
-    out = SweepPlan(runs=[], methods=dict(plan.methods), data_root=root)
+    out = SweepPlan(runs=[], methods=dict(plan.methods), data_root=root, notes=list(plan.notes))
     for key, info in plan.tasks.items():
         dataset, unavailable = info.dataset, None
         if dataset is None:

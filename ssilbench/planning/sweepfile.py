@@ -34,7 +34,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ssilbench.data.split import parse_budget
-from ssilbench.errors import SsilbenchError, UsageError, safe_file_name
+from ssilbench.errors import PreflightError, SsilbenchError, UsageError, safe_file_name
 from ssilbench.runs.checks import check_json
 from ssilbench.runs.settings import RunSettings, Seed, Steps, StopEarly, settings
 from ssilbench.runs.spec import Sweep
@@ -349,6 +349,9 @@ def plan_blocks(
             try:
                 plan.extend(resolve_plan(plugins, sweep) if data_root is None
                             else build_plan(plugins, sweep, data_root, datasets))  # fmt: skip
+            except PreflightError as exc:  # everything the block lacks, found together
+                raise PreflightError(f"Sweep file {path}, block {number}: {exc}",
+                                     exc.problems) from None  # fmt: skip
             except SsilbenchError as exc:
                 raise type(exc)(f"Sweep file {path}, block {number}: {exc}") from None
             sweeps.append(sweep)

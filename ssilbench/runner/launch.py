@@ -93,7 +93,16 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     sweep = options.sweep()
     resolved = resolve_plan(plugins, sweep)
     folder = results_dir()
-    return prepare(resolved, options.data_root, options.datasets), [sweep], folder
+    try:
+        return prepare(resolved, options.data_root, options.datasets), [sweep], folder
+    except PreflightError as exc:  # what planning chose for the user, then what is missing
+        raise PreflightError(_noted(resolved.notes, exc), exc.problems) from None
+    except SsilbenchError as exc:
+        raise type(exc)(_noted(resolved.notes, exc)) from None
+
+
+def _noted(notes: list[str], exc: Exception) -> str:
+    return "\n".join([*(f"{note}." for note in notes), str(exc)])
 
 
 def prepare_run(plugins: Plugins, options: RunOptions) -> PreparedRun:

@@ -84,13 +84,17 @@ class RunSettings(BaseModel):
         "--env", "names", "Comma-separated ids: family:task or family:all.", min_length=1,
         noun="environment", example="--env maze:10x10",
     )  # fmt: skip
-    budgets: list[str | int | float] = setting(
-        "--budgets", "budgets", "Label budgets N_L: counts, fractions in (0,1], 'all'.",
-        min_length=1, example="--budgets 16,64,all",
+    budgets: list[str | int | float] | None = setting(
+        "--budgets", "budgets",
+        "Label budgets N_L: counts, fractions in (0,1], 'all' [default: the paper's, where the "
+        "environment family declares its paper protocol].",
+        None, min_length=1, example="--budgets 16,64,all",
     )  # fmt: skip
-    seeds: list[Seed] = setting(
-        "--seeds", "seeds", "Comma-separated integer seeds [default: 0].", [0], min_length=1,
-        example="--seeds 0,1,2",
+    seeds: list[Seed] | None = setting(
+        "--seeds", "seeds",
+        "Comma-separated integer seeds [default: the paper's, where the environment family "
+        "declares its paper protocol; else 0].",
+        None, min_length=1, example="--seeds 0,1,2",
     )  # fmt: skip
     config: dict[str, Any] = setting(
         ("-c", "--config"), "assignments",
@@ -144,8 +148,8 @@ class RunSettings(BaseModel):
     def _budgets(cls, value: Any) -> Any:
         """Label budgets as their canonical text ("16", "0.5", "all"), whether given as text
         (a flag) or as numbers (a sweep file)."""
-        if not isinstance(value, list):
-            return value  # pydantic says what is wrong with it
+        if value is None or not isinstance(value, list):
+            return value  # not given (the paper's), or pydantic says what is wrong with it
         for v in value:
             if not isinstance(v, str | int | float) or isinstance(v, bool):
                 raise ValueError(f"Label budget {v!r} is not a count, a fraction or 'all'.")

@@ -8,7 +8,6 @@ and the settings of a sweep (declared in :mod:`ssilbench.runs.settings`).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from typing import Any
 
@@ -175,6 +174,3 @@ class Sweep(RunSettings):
                 )
             return max(1, round(wanted))
         return default
-
-    def axes(self) -> itertools.product:
-        return itertools.product(self.envs, self.methods, self.budgets, self.seeds)

@@ -56,7 +56,8 @@ def _options(tmp_path: Path, **flags) -> RunOptions:
         ({**SWEEP, "quick": True}, "--quick needs --sweep FILE."),
         ({**SWEEP, "blocks": "a"}, "--blocks needs --sweep FILE."),
         ({"methods": "bc"},
-         "Missing --env, --budgets: give --method, --env and --budgets, or --sweep FILE."),
+         "Missing --env: give --method and --env (and --budgets where an environment family "
+         "declares no paper protocol), or --sweep FILE."),
         ({**SWEEP, "steps": 0}, "--steps must be a positive integer, got 0."),
         ({**SWEEP, "steps_scale": 0.0},
          "--steps-scale must be a positive fraction of the default steps, e.g. 0.01; got 0.0."),
@@ -95,7 +96,8 @@ def test_run_options_expand_paths_and_parse_the_lists():
     sweep = options.sweep()
     assert sweep.methods == ["bc", "vm_idm"] and sweep.seeds == [1, 0]
     assert sweep.budgets == ["16", "64"] and sweep.envs == ["maze:10x10"]
-    assert RunOptions.of(results="r", data_root="d", **SWEEP).sweep().seeds == [0]
+    # Seeds not given: the family's paper protocol's, or 0 (planning/plan.py: experiment).
+    assert RunOptions.of(results="r", data_root="d", **SWEEP).sweep().seeds is None
 
 
 def test_list_values_name_their_flag():

@@ -359,7 +359,8 @@ ERRORS: dict[str, list[list[str]]] = {
     "`-p` module not importable": [["-p", "nosuchmod", "list"]],
     "`-p no:` without a name": [["-p", "no:", "list"]],
     "`--quick` without `--sweep`": [[*RUN, "--method", "bc", "--quick"]],
-    "`--method`, `--env` or `--budgets` missing": [
+    "`--method` or `--env` missing": [["run", "--method", "bc", *R]],
+    "`--budgets` missing for a family without a paper protocol": [
         ["run", "--method", "bc", "--env", "maze:10x10", *R]
     ],
     "malformed flag": [

@@ -64,7 +64,7 @@ def test_a_run_spec_holds_the_per_run_settings_with_their_declared_types():
 
 
 def block(**values) -> Block:
-    base = {"methods": ["bc"], "envs": ["maze:10x10"], "budgets": [16], "seeds": [0]}
+    base = {"methods": ["bc"], "envs": ["maze:10x10"], "budgets": [16]}
     return Block.model_validate({**base, **values})
 
 
