@@ -53,8 +53,22 @@ class State:
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@click.option(
+    "--data-root",
+    "group_data_root",
+    default=None,
+    metavar="DIR",
+    help="Dataset cache directory for every command that reads datasets (as each command's "
+    "own --data-root, which wins where both are given).",
+)
 @click.pass_context
-def cli(ctx: click.Context, plugin_flags: tuple[str, ...], debug: bool, quiet: bool) -> None:
+def cli(
+    ctx: click.Context,
+    plugin_flags: tuple[str, ...],
+    debug: bool,
+    quiet: bool,
+    group_data_root: str | None,
+) -> None:
     """ssilbench: benchmark semi-supervised imitation learning methods.
 
     \b
@@ -64,6 +78,22 @@ def cli(ctx: click.Context, plugin_flags: tuple[str, ...], debug: bool, quiet: b
       ssilbench leaderboard --export md
     """
     ctx.obj = State(plugin_flags, debug, quiet)
+    if group_data_root is not None:
+        ctx.default_map = data_root_defaults(ctx.command, group_data_root)
+
+
+def data_root_defaults(group: click.Group, root: str) -> dict[str, object]:
+    """A ``default_map`` giving ``root`` as the default ``--data-root`` of every command
+    under ``group`` that takes one, so that ``ssilbench --data-root DIR list`` reads DIR as
+    ``ssilbench list --data-root DIR`` does."""
+    found: dict[str, object] = {}
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            if inner := data_root_defaults(command, root):
+                found[name] = inner
+        elif any(param.name == "data_root" for param in command.params):
+            found[name] = {"data_root": root}
+    return found
 
 
 ERROR_PREFIX = "error: "

@@ -244,46 +244,58 @@ def list_cmd(state: State, as_json: bool, data_root: str) -> None:
 def _print_tables(rows: list[dict[str, Any]], broken: list[dict[str, Any]],
                   extras: list[dict[str, Any]], root: Path) -> None:  # fmt: skip
     from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     console = Console()
     for kind in ("method", "environment", "architecture"):
-        table = Table(title=f"{kind}s", title_justify="left")
+        title = f"{kind}s" + (f" (datasets under {root})" if kind == "environment" else "")
         columns = ("name", "plugin", "distribution", "description")
         if kind == "environment":
-            columns = ("name", "tasks", "extra", f"datasets under {root}", "plugin", "description")
-        for col in columns:
-            table.add_column(col, overflow="fold")
+            columns = ("name", "tasks", "extra", "datasets", "plugin", "description")
+        cells = []
         for row in (r for r in rows if r["kind"] == kind):
             dist = f"{row['distribution']} {row['version']}" if row["distribution"] else "-"
             if kind != "environment":
-                table.add_row(row["name"], row["plugin"], dist, row["description"])
+                cells.append((row["name"], row["plugin"], dist, row["description"]))
                 continue
             extra = row.get("extra")
             needs = "-"
             if extra is not None:
                 needs = f"[{extra['extra']}] {'installed' if extra['installed'] else 'missing'}"
             tasks = task_summary(row["tasks"]) if "error" not in row else f"error: {row['error']}"
-            cells = (row["name"], tasks, needs, dataset_summary(row["datasets"]), row["plugin"],
-                     row["description"])  # fmt: skip
-            table.add_row(*map(escape, cells))
-        console.print(table)
+            cells.append((row["name"], tasks, needs, dataset_summary(row["datasets"]),
+                          row["plugin"], row["description"]))  # fmt: skip
+        _show(console, title, columns, cells)
     if extras:
-        table = Table(title="extras", title_justify="left")
-        for col in ("extra", "status", "packages", "install"):
-            table.add_column(col, overflow="fold")
-        for e in extras:
-            status = "installed" if e["installed"] else f"missing: {', '.join(e['missing'])}"
-            cells = (f"{e['distribution']}[{e['extra']}]", status,
-                     ", ".join(e["packages"]) or "-", e["install"])  # fmt: skip
-            table.add_row(*map(escape, cells))
-        console.print(table)
+        cells = [(f"{e['distribution']}[{e['extra']}]",
+                  "installed" if e["installed"] else f"missing: {', '.join(e['missing'])}",
+                  ", ".join(e["packages"]) or "-", e["install"]) for e in extras]  # fmt: skip
+        _show(console, "extras", ("extra", "status", "packages", "install"), cells)
     if broken:
-        table = Table(title="broken plugins", title_justify="left", style="red")
-        for col in ("plugin", "distribution", "error"):
-            table.add_column(col)
-        for b in broken:
-            dist = f"{b['distribution']} {b['version']}" if b["distribution"] else "-"
-            table.add_row(b["plugin"], dist, b["error"])
-        console.print(table)
+        cells = [(b["plugin"], f"{b['distribution']} {b['version']}" if b["distribution"]
+                  else "-", b["error"]) for b in broken]  # fmt: skip
+        _show(console, "broken plugins", ("plugin", "distribution", "error"), cells, "red")
+
+
+def _show(console: Any, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]],
+          style: str | None = None) -> None:  # fmt: skip
+    """A table whose cells wrap between words, never inside a name, path or command: each
+    column is at least as wide as its longest word. Where those widths do not fit the
+    terminal, each row is printed as an indented record instead (one field a line)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    widths = [max(len(w) for cell in (col, *(r[i] for r in rows)) for w in cell.split() or [""])
+              for i, col in enumerate(columns)]  # fmt: skip
+    if sum(widths) + 3 * len(columns) + 1 > console.width:
+        console.print(title, style=style, markup=False, highlight=False)
+        for row in rows:
+            console.print(f"  {row[0]}", style=style, markup=False, highlight=False)
+            for column, cell in zip(columns[1:], row[1:], strict=True):
+                console.print(f"    {column}: {cell}", markup=False, highlight=False)
+        return
+    table = Table(title=title, title_justify="left", style=style)
+    for column, width in zip(columns, widths, strict=True):
+        table.add_column(column, min_width=width)
+    for row in rows:
+        table.add_row(*map(escape, row))
+    console.print(table)

@@ -78,9 +78,9 @@ def report(state: State, sweeps, quick, results, exports, out) -> None:
 @results_option
 @click.option(
     "--out",
-    default="analysis",
-    show_default=True,
-    help="Folder for the figures (PNG, SVG), CSV tables and Markdown report.",
+    default=None,
+    help="Folder for the figures (PNG, SVG), CSV tables and Markdown report "
+    "[default: RESULTS/analysis, beside the store it reads].",
 )
 @click.option(
     "--method",
@@ -115,7 +115,8 @@ def analyze(state: State, envs, results, out, method, baseline, by, entropy_budg
 
     ids = comma_list(envs, "environment", "--env procgen:all")
     wanted = [f"{family}:{task}" for family, task in expand_envs(state.plugins, ids)]
-    text, written = analyze_store(state.plugins, ids, wanted, results, Path(out), method,
+    folder = Path(out) if out is not None else Path(results) / "analysis"
+    text, written = analyze_store(state.plugins, ids, wanted, results, folder, method,
                                   baseline, by, entropy_budget)  # fmt: skip
     click.echo(text, nl=False)
     for path in written:

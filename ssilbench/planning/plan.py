@@ -387,9 +387,10 @@ def experiment(
     taken = [what for what, given in (("budgets", sweep.budgets), ("seeds", sweep.seeds))
              if given is None]  # fmt: skip
     if protocol is not None and taken:
-        note = (f"{family}: {' and '.join(taken)} not given: the paper's protocol "
-                f"({protocol.figure}): budgets {','.join(budgets)}; seeds "
-                f"{','.join(map(str, seeds))}; {steps:,} steps per run")  # fmt: skip
+        flags = " or ".join(f"--{what}" for what in taken)
+        note = (f"{family}: the paper's protocol ({protocol.figure}), as no {flags} was "
+                f"given: budgets {','.join(budgets)}; seeds {','.join(map(str, seeds))}; "
+                f"{steps:,} steps per run")  # fmt: skip
         if note not in plan.notes:
             plan.notes.append(note)
     return budgets, seeds, steps

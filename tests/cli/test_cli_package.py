@@ -4,6 +4,7 @@ once, RunOptions' checks, executors made from settings, the store's stale-run ru
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -23,10 +24,27 @@ SWEEP = {"methods": "bc", "envs": "maze:10x10", "budgets": "16"}
 
 
 def test_shared_options_are_declared_once():
-    source = "".join(path.read_text() for path in sorted(PACKAGE.glob("*.py")))
+    # app.py's group takes --data-root too, only to hand it to the commands' own option.
+    source = "".join(path.read_text() for path in sorted(PACKAGE.glob("*.py"))
+                     if path.name != "app.py")  # fmt: skip
     for flag in ("--results", "--data-root", "--sweep", "--quick", "--device", "--option"):
         declared = re.findall(rf'click\.option\(\s*(?:"-\w",\s*)?"{flag}"', source)
         assert len(declared) == 1, flag
+
+
+def test_the_groups_data_root_is_every_commands_default(tmp_path):
+    from click.testing import CliRunner
+
+    given = tmp_path / "elsewhere"
+    runner = CliRunner()
+    listed = runner.invoke(ssilbench.cli.cli, ["--data-root", str(given), "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.output)["data_root"] == str(given)
+    own = runner.invoke(ssilbench.cli.cli, ["--data-root", str(given), "list", "--json",
+                                            "--data-root", str(tmp_path)])  # fmt: skip
+    assert json.loads(own.output)["data_root"] == str(tmp_path)  # the command's own wins
+    nested = ssilbench.cli.app.data_root_defaults(ssilbench.cli.cli, "D")
+    assert nested["run"] == {"data_root": "D"} and nested["data"]["download"] == {"data_root": "D"}
 
 
 def test_the_package_keeps_modules_small():
@@ -231,3 +249,18 @@ def test_run_as_a_library_plans_then_executes(tmp_path, monkeypatch):
     assert report.ok and report.done == 1
     again = execute_run(prepare_run(plugins, prepared.options), plugins, ())
     assert again.done == 0 and again.skipped == 1
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_list_never_cuts_a_word_at_any_width(tmp_path, monkeypatch, columns):
+    from click.testing import CliRunner
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    shown = CliRunner().invoke(ssilbench.cli.cli, ["list", "--data-root", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert max(len(line) for line in shown.output.splitlines()) <= columns
+    tokens = shown.output.split()  # lines may break between words, never inside one
+    listed = CliRunner().invoke(ssilbench.cli.cli, ["list", "--json", "--data-root", str(tmp_path)])
+    names = [entry["name"] for entry in json.loads(listed.output)["entries"]]
+    for word in ("'ssilbench[procgen]'", str(tmp_path), *names):
+        assert any(word in token for token in tokens), word

@@ -31,7 +31,7 @@ def test_procgen_without_budgets_or_seeds_is_the_papers_figure(plugins, tmp_path
     assert [s.budget for s in bigfish[::3]] == FIGURE_3
     assert {s.seed for s in plan.runs} == {11, 22, 33} and {s.steps for s in plan.runs} == {120_000}
     [note] = plan.notes
-    assert "procgen: budgets and seeds not given: the paper's protocol (Figure 3)" in note
+    assert "procgen: the paper's protocol (Figure 3), as no --budgets or --seeds was given" in note
     assert "seeds 11,22,33" in note and "120,000 steps" in note
 
 
@@ -40,8 +40,8 @@ def test_what_the_command_gives_wins_and_the_rest_comes_from_the_paper(plugins, 
                    steps=500)  # fmt: skip
     assert {(s.budget, s.seed, s.steps) for s in plan.runs} == {("1024", seed, 500)
                                                               for seed in (11, 22, 33)}  # fmt: skip
-    assert plan.notes == ["procgen: seeds not given: the paper's protocol (Figure 3): budgets "
-                          "1024; seeds 11,22,33; 500 steps per run"]  # fmt: skip
+    assert plan.notes == ["procgen: the paper's protocol (Figure 3), as no --seeds was given: "
+                          "budgets 1024; seeds 11,22,33; 500 steps per run"]  # fmt: skip
     given = plan_of(plugins, tmp_path, methods="bc", envs="procgen:bigfish", budgets="16",
                     seeds="0")  # fmt: skip
     assert [(s.budget, s.seed) for s in given.runs] == [("16", 0)] and given.notes == []
@@ -78,6 +78,10 @@ def test_without_the_data_the_users_line_names_every_game_and_how_to_get_it(caps
                     "ssilbench data collect procgen"):  # fmt: skip
         assert command in err
     assert not (tmp_path / "r" / "results.sqlite").exists()
+    # The guide shows this message as it is, with /data for the data root.
+    guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    shown = guide.split("`procgen:all` with no data:\n\n```\n", 1)[1].split("```", 1)[0]
+    assert shown.strip() == err.replace(str(tmp_path / "d"), "/data").strip()
 
 
 def test_a_sweep_file_block_without_budgets_takes_the_familys(plugins, tmp_path):

@@ -258,9 +258,10 @@ def test_resolve_label(records):
 
 
 def test_analyze_writes_figures_and_tables(cli, results):
-    out = cli.tmp / "analysis"
-    done = cli("analyze", "--env", "procgen:all", "--results", str(results), "--out", str(out))
+    out = Path(results) / "analysis"  # the default: beside the store, not the current folder
+    done = cli("analyze", "--env", "procgen:all", "--results", str(results))
     assert done.returncode == 0, done.stderr
+    assert not (cli.tmp / "analysis").exists()
     assert "# Analysis: idm_labeling over bc, by complexity" in done.stdout
     assert "no runs of idm_labeling" in done.stdout and "procgen:heist" in done.stdout
     stem = "procgen-idm_labeling-vs-bc"
