@@ -80,7 +80,13 @@ def dry_run(
     cached = StageCache(root).shared_identities() if root is not None else set()
     times = _StepTimes(plan, plugins, device, timings, settings, log, pending)
     units = execution_units(plan, pending, settings.workers, settings.stack, settings.executor)
-    tally = _Tally(plan, times, stacked_with(plan, units), cached)
+    stacked = stacked_with(plan, units)
+    if settings.measure_missing:  # find what is missing first, to say "k of n" measuring it
+        finder = _Tally(plan, times, stacked, cached)
+        for index in pending:
+            finder.add(index)
+        times.measure_found()
+    tally = _Tally(plan, times, stacked, cached)
     for index in pending:
         tally.add(index)
     ordered = sorted(tally.works.values(), key=lambda w: (w.method, w.stage))
@@ -121,6 +127,8 @@ class _StepTimes:
         self.timings, self.settings, self.log = timings, settings, log
         self.measurements: dict[str, tuple[str, Measurement | None]] = {}
         self.measured_now: set[str] = set()
+        self.missing: dict[str, tuple[int, int, int | None]] = {}
+        """Keys neither kept nor measured yet: the run, stacking and labels to measure."""
         self.spans = label_spans(plan, pending)
         self.labeled = {i: labeled_transitions(plan, plan.runs[i]) for i in pending}
 
@@ -132,18 +140,32 @@ class _StepTimes:
         method, task = plan.method_of(spec), plan.task_of(spec)
         stacked = stacked if method.cls.batched else 1
         key = measurement_key(method, task.spec, self.device, stacked, labeled)
-        if key not in self.measurements:
-            found = None if settings.remeasure else self.timings.get(key)
-            if found is None and settings.measure_missing:
-                together = f" ({stacked} runs stacked)" if stacked > 1 else ""
-                at = f" at {labeled:,} labeled transitions" if labeled is not None else ""
-                self.log(f"measuring step times of {spec.method} on {spec.env}{at}{together} ...")
-                found = measure(method, task, self.plugins, self.device, steps=settings.steps,
-                                stacked=stacked, labeled=labeled)  # fmt: skip
-                self.timings.add(found)
-                self.measured_now.add(key)
+        if key in self.measurements:
+            return self.measurements[key][1]
+        found = None if settings.remeasure else self.timings.get(key)
+        if found is None and settings.measure_missing:
+            self.missing[key] = (index, stacked, labeled)  # measured by measure_found()
+            return None
+        self.measurements[key] = (spec.method, found)
+        return found
+
+    def measure_found(self) -> None:
+        """Measure the step times found missing (see :meth:`measured`), saying "k of n"
+        before each, and keep them in ``timings``."""
+        total = len(self.missing)
+        for k, (key, (index, stacked, labeled)) in enumerate(self.missing.items(), 1):
+            spec = self.plan.runs[index]
+            together = f" ({stacked} runs stacked)" if stacked > 1 else ""
+            at = f" at {labeled:,} labeled transitions" if labeled is not None else ""
+            self.log(f"measuring step times {k} of {total}: {spec.method} on {spec.env}{at}"
+                     f"{together} ...")  # fmt: skip
+            found = measure(self.plan.method_of(spec), self.plan.task_of(spec), self.plugins,
+                            self.device, steps=self.settings.steps, stacked=stacked,
+                            labeled=labeled)  # fmt: skip
+            self.timings.add(found)
+            self.measured_now.add(key)
             self.measurements[key] = (spec.method, found)
-        return self.measurements[key][1]
+        self.missing.clear()
 
     def alone(self, index: int) -> Measurement | None:
         """The run trained alone, at the smallest label budget its step times are measured

@@ -15,6 +15,9 @@ from ssilbench.planning.problems import Problem, dataset_problem_lines
 from ssilbench.runner.timings import Measurement
 from ssilbench.runner.workload import StageWork
 
+LONG_ON_CPU_S = 3600.0
+"""A sweep estimated to take longer than this on a CPU gets the settings that would fit."""
+
 
 @dataclass
 class DryRun:
@@ -92,6 +95,7 @@ class DryRun:
                 )
                 + "."
             )
+        lines += self._smaller_here()
         unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
         if unmeasured:
             lines.append(
@@ -123,6 +127,21 @@ class DryRun:
                     "s/step is one run's share."
                 )
         return "\n".join(lines)
+
+    def _smaller_here(self) -> list[str]:
+        """On a CPU, for a sweep estimated over LONG_ON_CPU_S of wall time: the settings
+        that make a version of it that fits (tried before a GPU runs the whole)."""
+        wall = self.wall_seconds
+        if not self.device.startswith("cpu") or wall is None or wall <= LONG_ON_CPU_S:
+            return []
+        envs = sorted({spec.env for spec in self.plan.runs})
+        fewer = f"--env {envs[0]}" if len(envs) > 1 else "fewer label budgets or seeds"
+        return [
+            f"On this CPU that is about {_hours(wall)}. To try the sweep here first: "
+            "--steps-scale 0.1 (a tenth of every stage's steps), " + fewer + ", smaller "
+            "networks with -c (each method's card lists its sizes; a paper sweep file's "
+            "--quick block chooses them), or --device cuda where there is a GPU."
+        ]
 
     def _when(self) -> str:
         """When and at what load the step times were measured: now, or kept from earlier

@@ -209,6 +209,8 @@ def test_kept_step_times_say_when_and_at_what_load_and_remeasure_replaces_them(c
     first = cli(*args)
     assert first.returncode == 0, first.stderr
     assert "on a small store of the task's shape): now, at load " in first.stdout
+    assert "measuring step times 1 of 2: bc on maze:10x10 at 16 labeled" in first.stderr
+    assert "measuring step times 2 of 2: bc on maze:10x10" in first.stderr
     measured = _kept(cli.results)
     assert len(measured) == 2  # bc alone and two runs stacked
     kept = json.loads((cli.results / "timings.json").read_text())
@@ -229,3 +231,18 @@ def test_kept_step_times_say_when_and_at_what_load_and_remeasure_replaces_them(c
     # run takes no --remeasure: a run measures only what is missing
     refused = cli("run", *args[1:], "--remeasure", "--dry-run")
     assert refused.returncode == 2 and "No such option '--remeasure'" in refused.stderr
+
+
+def test_a_sweep_over_an_hour_on_a_cpu_is_told_what_would_fit(plan):
+    def rendered(seconds: float) -> str:
+        timings = _timings(plan)
+        for m in timings.items.values():
+            m.stages["policy"].seconds_per_step = seconds
+        settings = DryRunSettings(measure_missing=False, stack=False)
+        return dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()),
+                       settings).render()  # fmt: skip
+
+    long = rendered(60.0)  # 6 runs x 40 steps x 60 s: 4 h
+    assert "On this CPU that is about 4.0 h. To try the sweep here first: --steps-scale 0.1" in long
+    assert "fewer label budgets or seeds" in long and "--device cuda" in long
+    assert "To try the sweep here first" not in rendered(1.0)  # 4 min: nothing to suggest
