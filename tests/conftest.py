@@ -14,6 +14,10 @@ import pytest
 
 TINY = ["--steps", "60", "-q"]
 
+# Estimates in tests come from the step times a test gives or measures, never from the table
+# shipped with ssilbench (tests/runner/test_step_table.py tests that one).
+os.environ["SSILBENCH_STEP_TABLE"] = os.devnull
+
 
 @pytest.fixture(scope="module")
 def plugins():

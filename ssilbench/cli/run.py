@@ -21,6 +21,7 @@ from ssilbench.cli.options import (
     threads_option,
     yes_option,
 )
+from ssilbench.errors import UsageError
 from ssilbench.planning.options import EXECUTORS
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
 @click.option("--dry-run", is_flag=True,
               help="Print the runs, the stages they train (shared, cached) and the estimated "
               "compute, then stop: nothing is claimed, trained or written.")  # fmt: skip
+@click.option("--measure", is_flag=True,
+              help="For the estimate of plan (or a dry run): measure on this device the step times "
+              "that are neither kept in RESULTS/timings.json nor shipped with ssilbench, and "
+              "keep them there [default: estimate from those alone, at once].")  # fmt: skip
 @click.option("--log", "log_names", default=None, metavar="NAMES",
               help="Also send each recorded run (curves included) to these loggers, "
               "comma-separated: tensorboard, wandb (offline), mlflow (file store), or a "
@@ -137,13 +142,17 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
     log_names, log_dir = flags.pop("log_names"), flags.pop("log_dir")
     executor = ExecutorSettings(flags.pop("executor"), **{k: flags.pop(k) for k in EXECUTOR_FLAGS})
     options = RunOptions.of(**flags, executor=executor)
+    if options.measure and not options.dry_run:
+        raise UsageError("--measure measures step times for a dry run's estimate: add "
+                         "--dry-run, or run 'ssilbench plan' with the same arguments.")  # fmt: skip
     prepared = prepare_run(state.plugins, options)
     for note in prepared.plan.notes:  # what planning chose: a family's paper protocol
         click.echo(note, err=True)
     if options.dry_run:
-        preview, timings = preview_run(prepared, state.plugins, state.log())
+        measuring = options.measure or options.remeasure
+        preview, timings = preview_run(prepared, state.plugins, state.log(), measuring)
         click.echo(preview.render())
-        if options.save_timings:
+        if preview.measured_now:
             save_timings(timings, prepared.results_dir)
         return
     if prepared.threads is not None:

@@ -121,9 +121,11 @@ class RunOptions:
     config and options; None, or an empty tuple, for one not given). :meth:`of` takes them
     as keyword arguments, as the command's parameters are named. ``dry_run`` plans without
     claiming or training anything; ``save_timings`` keeps the step times a dry run measured
-    (``ssilbench plan``), and ``remeasure`` measures again those it would otherwise take
-    from the kept ones. ``threads`` is a count of torch threads per training process,
-    ``"auto"`` (the default; None means it too) or ``"torch"`` (see :data:`THREAD_SETTINGS`).
+    (``ssilbench plan``), ``measure`` measures those neither kept nor shipped (else the
+    estimate leaves them out), and ``remeasure`` measures again those it would otherwise
+    take from the kept or shipped ones. ``threads`` is a count of torch threads per training
+    process, ``"auto"`` (the default; None means it too) or ``"torch"`` (see
+    :data:`THREAD_SETTINGS`).
     """
 
     results: Path
@@ -142,6 +144,7 @@ class RunOptions:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     dry_run: bool = False
     save_timings: bool = False
+    measure: bool = False
     remeasure: bool = False
     quiet: bool = False
 

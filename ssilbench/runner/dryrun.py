@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ssilbench.planning.plan import SweepPlan
 from ssilbench.runner.dryrun_report import DryRun
 from ssilbench.runner.schedule import execution_units, stage_identities
+from ssilbench.runner.step_table import StepTable
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.workload import (
     Recorded,
@@ -56,6 +57,9 @@ class DryRunSettings:
     """Measure every step time again, those kept included."""
     steps: int = 4
     """Steps of each stage a measurement trains."""
+    shipped: bool = True
+    """Take the shipped step times (:mod:`ssilbench.runner.step_table`) where none are
+    kept in ``timings``."""
 
 
 def dry_run(
@@ -106,6 +110,7 @@ def dry_run(
         settings.workers,
         times.measured_now,
         by_design,
+        times.shipped,
     )
 
 
@@ -127,6 +132,8 @@ class _StepTimes:
         self.timings, self.settings, self.log = timings, settings, log
         self.measurements: dict[str, tuple[str, Measurement | None]] = {}
         self.measured_now: set[str] = set()
+        self.shipped: set[str] = set()  # keys whose step times the shipped table gave
+        self.table = StepTable() if settings.shipped else None
         self.missing: dict[str, tuple[int, int, int | None]] = {}
         """Keys neither kept nor measured yet: the run, stacking and labels to measure."""
         self.spans = label_spans(plan, pending)
@@ -143,6 +150,10 @@ class _StepTimes:
         if key in self.measurements:
             return self.measurements[key][1]
         found = None if settings.remeasure else self.timings.get(key)
+        if found is None and not settings.remeasure and self.table is not None:
+            found = self.table.get(key)
+            if found is not None:
+                self.shipped.add(key)
         if found is None and settings.measure_missing:
             self.missing[key] = (index, stacked, labeled)  # measured by measure_found()
             return None

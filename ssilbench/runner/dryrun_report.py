@@ -37,6 +37,8 @@ class DryRun:
     by_design: int = 0
     """Of ``done``: runs whose dataset is not built yet, found recorded by setup id (all
     but the data, :attr:`~ssilbench.runs.spec.RunSpec.setup_id`)."""
+    shipped: set[str] = field(default_factory=set)
+    """The keys of the measurements taken from the step times shipped with ssilbench."""
 
     @property
     def wall_seconds(self) -> float | None:
@@ -99,8 +101,8 @@ class DryRun:
         unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
         if unmeasured:
             lines.append(
-                f"No step times measured on this device for: {', '.join(unmeasured)} "
-                "(run 'ssilbench plan' with the same arguments to measure them)."
+                f"No step times kept or shipped for this device for: {', '.join(unmeasured)} "
+                "(add --measure to measure them here, 'k of n', and keep them)."
             )
         elif self.measurements:
             lines.append(
@@ -149,9 +151,15 @@ class DryRun:
         found = {key: m for key, (_, m) in self.measurements.items() if m is not None}
         parts = []
         now = [m for key, m in found.items() if key in self.measured_now]
-        kept = [m for key, m in found.items() if key not in self.measured_now]
+        shipped = [m for key, m in found.items() if key in self.shipped]
+        kept = [m for key, m in found.items() if key not in self.measured_now | self.shipped]
         if now:
             parts.append("now" + _at_load(now))
+        if shipped:
+            devices = ", ".join(sorted({m.device for m in shipped}))
+            parts.append(f"{len(shipped)} shipped with ssilbench, measured on {devices}"
+                         f"{_at_load(shipped)} ('ssilbench plan --remeasure' measures them "
+                         "here)")  # fmt: skip
         if kept:
             oldest = min(m.measured_at for m in kept)
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(oldest))

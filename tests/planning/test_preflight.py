@@ -250,7 +250,7 @@ def test_without_a_terminal_the_sweep_starts(tmp_path, capsys, asking):
     err = capsys.readouterr().err
     assert "[y/N]" not in err and "starting (no terminal" not in err
     assert not (tmp_path / "r" / "timings.json").exists()
-    assert cli_exit_code("plan", *SWEEP, "--seeds", "1", *common) == 0
+    assert cli_exit_code("plan", "--measure", *SWEEP, "--seeds", "1", *common) == 0
     capsys.readouterr()
     assert cli_exit_code("run", *SWEEP, "--seeds", "1", *common) == 0
     err = capsys.readouterr().err

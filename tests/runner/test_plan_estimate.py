@@ -171,12 +171,12 @@ def test_a_method_that_cannot_stack_is_measured_alone(tmp_path):
 
 
 def test_plan_says_which_step_times_were_measured_stacked(cli):
-    shown = cli("plan", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+    shown = cli("plan", "--measure", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
                 "--seeds", "0,1", "--steps", "40", "--results", str(cli.results),
                 "--data-root", str(cli.data))  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "measured stacked too (2 runs fitted together" in shown.stdout
-    alone = cli("plan", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+    alone = cli("plan", "--measure", "--method", "bc", "--env", "maze:10x10", "--budgets", "16",
                 "--seeds", "0,1", "--steps", "40", "--workers", "2", "--results",
                 str(cli.tmp / "other"), "--data-root", str(cli.data))  # fmt: skip
     assert alone.returncode == 0, alone.stderr
@@ -191,6 +191,7 @@ def _kept(results) -> dict[str, tuple[float, float | None]]:
 def test_kept_step_times_say_when_and_at_what_load_and_remeasure_replaces_them(cli):
     args = [
         "plan",
+        "--measure",
         "--method",
         "bc",
         "--env",

@@ -71,12 +71,18 @@ def test_a_dry_run_prints_the_plan_and_writes_nothing(cli):
     assert "Datasets a run builds first: maze:10x10." in shown.stdout
     for stage in ("bc            policy", "idm_labeling  idm", "idm_labeling  policy"):
         assert stage in shown.stdout
-    assert "Estimated compute: training" in shown.stdout
+    # nothing kept, nothing shipped (tests/conftest.py), nothing measured: no training estimate
+    assert "Estimated compute: training" not in shown.stdout
+    assert (
+        "No step times kept or shipped for this device for: bc, idm_labeling (add "
+        "--measure to measure them here"
+    ) in shown.stdout
 
 
 def test_a_dry_run_counts_shared_stages_once_and_sees_them_cached(cli):
     args = [*LAPO, "--budgets", "16,64", "--seeds", "0,1", "--no-rollouts"]
-    planned = cli("plan", *args, "--results", str(cli.results), "--data-root", str(cli.data))
+    planned = cli("plan", *args, "--measure", "--results", str(cli.results), "--data-root",
+                  str(cli.data))  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     rows = _stage_rows(planned.stdout)
     # 8 runs; one world model for all of them, one latent policy per seed

@@ -1,0 +1,90 @@
+"""The step times shipped with ssilbench: a dry run prices a sweep from them at once, says
+where they were measured, and measures on this device only when asked (``--measure``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ssilbench.planning.plan import build_plan
+from ssilbench.plugins import load_plugins
+from ssilbench.runner.step_table import SHIPPED, StepTable, portable_key
+from ssilbench.runner.timings import Measurement, StageTiming, Timings, measurement_key
+from ssilbench.runs.spec import Sweep
+
+PLUGINS = load_plugins()
+
+
+@pytest.fixture(scope="module")
+def bc_key(tmp_path_factory):
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"], seeds=[0], steps=20)
+    plan = build_plan(PLUGINS, sweep, tmp_path_factory.mktemp("d"))
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    return lambda labeled: measurement_key(method, task.spec, torch.device("cpu"), 1, labeled)
+
+
+def _table(tmp_path, key, points: dict[int, float]) -> StepTable:
+    timings = Timings(None)
+    for labeled, seconds in points.items():
+        k = key(labeled)
+        timings.add(Measurement(k, "bc", "cpu (x86_64, 1 threads)",
+                                {"policy": StageTiming(seconds, 1e6)}, 0.0, 0.0,
+                                labeled=labeled, load=0.5))  # fmt: skip
+    table = StepTable(tmp_path / "table.json")
+    assert table.add(timings) == len(points)
+    table.save()
+    return StepTable(tmp_path / "table.json")
+
+
+def test_a_portable_key_keeps_the_device_kind_and_drops_the_torch_version(bc_key):
+    fields = json.loads(portable_key(bc_key(16)))
+    assert fields["device"] == "cpu" and "torch" not in fields and fields["labeled"] == 16
+    assert fields["method"] == "bc"
+
+
+def test_a_label_count_between_shipped_ones_is_interpolated_never_extrapolated(tmp_path, bc_key):
+    table = _table(tmp_path, bc_key, {16: 1.0, 64: 2.0})
+    assert table.get(bc_key(16)).stages["policy"].seconds_per_step == 1.0
+    between = table.get(bc_key(40))
+    assert between.key == bc_key(40) and between.labeled == 40
+    assert between.stages["policy"].seconds_per_step == pytest.approx(1.5)
+    assert table.get(bc_key(1000)).stages["policy"].seconds_per_step == 2.0
+    assert table.get(bc_key(None)) is None  # no label count: only an exact entry
+    cuda = bc_key(16).replace('"device": "cpu', '"device": "cuda')
+    assert table.get(cuda) is None  # an entry stands for its device kind only
+
+
+def test_a_dry_run_prices_from_the_shipped_table_at_once_and_measures_only_when_asked(cli):
+    sweep = ["--method", "bc", "--env", "maze:10x10", "--budgets", "16,64", "--seeds", "0",
+             "--steps", "40", "--data-root", str(cli.data)]  # fmt: skip
+    measured = cli("plan", *sweep, "--measure", "--results", str(cli.tmp / "a"))
+    assert measured.returncode == 0, measured.stderr
+    assert "measuring step times 1 of 2: bc on maze:10x10 at 16 labeled" in measured.stderr
+    table = StepTable(cli.tmp / "table.json")
+    assert table.add(Timings(cli.tmp / "a" / "timings.json")) == 2
+    table.save()
+    env_table = {"SSILBENCH_STEP_TABLE": str(cli.tmp / "table.json")}
+    cli.env = lambda base=cli.env: {**base(), **env_table}
+    shown = cli("run", *sweep, "--dry-run", "--results", str(cli.tmp / "b"))
+    assert shown.returncode == 0, shown.stderr
+    assert "measuring" not in shown.stderr and not (cli.tmp / "b").exists()
+    assert "Estimated compute: training" in shown.stdout
+    assert "2 shipped with ssilbench, measured on cpu (" in shown.stdout
+    refused = cli("run", *sweep, "--measure", "--results", str(cli.tmp / "c"))
+    assert refused.returncode == 2 and "add --dry-run" in refused.stderr
+    assert not (cli.tmp / "c").exists()
+
+
+def test_the_shipped_table_holds_portable_measurements():
+    if not SHIPPED.is_file():
+        pytest.skip("no step times shipped")
+    entries = json.loads(SHIPPED.read_text())
+    assert entries, SHIPPED
+    for entry in entries:
+        m = Measurement.from_json(entry)
+        assert portable_key(m.key) == m.key  # no torch version, the device's kind only
+        assert m.stages and all(t.seconds_per_step > 0 for t in m.stages.values())
+        assert m.device.split(" ")[0] == json.loads(m.key)["device"]
