@@ -13,20 +13,31 @@ level.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from ssilbench.leaderboard.render import md_escape
-from ssilbench.studies.report import ALPHA, NOT_CHECKED, Verdict
 
 COMPARISONS = ("beats", "gap_grows")
 
-CELLS_INTRO = (
-    "Cells of the claims that compare two methods: each cell's gap (method − other; for a "
-    "growing gap, its change from the panel before), its one-sided p-value for the claim, "
-    "and that p-value corrected by Holm's step-down procedure over the claim's tested cells. "
-    f"A cell whose corrected p-value is below {ALPHA} carries the claim on its own (the "
-    f"chance of any false one among a claim's cells is at most {ALPHA}); the verdict above "
-    "asks for every cell."
-)
+
+class Cell(Protocol):
+    """One tested place of a claim (``ssilbench.studies.report.Place``)."""
+
+    where: str
+    supports: float | None  # the one-sided p-value for the claim; None: no test there
+    how: str
+    estimate: float | None
+
+
+def cells_intro(alpha: float) -> str:
+    return (
+        "Cells of the claims that compare two methods: each cell's gap (method − other; for "
+        "a growing gap, its change from the panel before), its one-sided p-value for the "
+        "claim, and that p-value corrected by Holm's step-down procedure over the claim's "
+        f"tested cells. A cell whose corrected p-value is below {alpha} carries the claim on "
+        f"its own (the chance of any false one among a claim's cells is at most {alpha}); the "
+        "verdict above asks for every cell."
+    )
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -50,41 +61,40 @@ def _p(p: float) -> str:
     return f"{p:.1e}" if p < 0.001 else f"{p:.3f}"
 
 
-def cell_table(verdict: Verdict) -> list[str]:
-    """The per-cell table of a comparing claim (empty for other checks, or with no cell)."""
-    if verdict.claim.check not in COMPARISONS or not verdict.places:
+def cell_table(text: str, check: str, cells: Sequence[Cell], alpha: float) -> list[str]:
+    """The per-cell table of a claim (its ``text``) that compares two methods; empty for
+    other checks, or with no cell."""
+    if check not in COMPARISONS or not cells:
         return []
-    tested = [p for p in verdict.places if p.supports is not None]
-    corrected = dict(zip(map(id, tested), holm([p.supports or 0.0 for p in tested]),
+    tested = [c for c in cells if c.supports is not None]
+    corrected = dict(zip(map(id, tested), holm([c.supports or 0.0 for c in tested]),
                          strict=True))  # fmt: skip
     lines = [
-        f"Cells of “{md_escape(verdict.claim.text)}”:",
+        f"Cells of “{md_escape(text)}”:",
         "",
         "| cell | gap | p | p (Holm) | carries the claim |",
         "|---|---:|---:|---:|---|",
     ]
-    for place in verdict.places:
-        gap = "–" if place.estimate is None else f"{place.estimate:+.3f}"
-        if place.supports is None:
-            lines.append(f"| {md_escape(place.where)} | {gap} | no test ({place.how}) | – | – |")
+    for cell in cells:
+        gap = "–" if cell.estimate is None else f"{cell.estimate:+.3f}"
+        if cell.supports is None:
+            lines.append(f"| {md_escape(cell.where)} | {gap} | no test ({cell.how}) | – | – |")
             continue
-        holm_p = corrected[id(place)]
-        lines.append(f"| {md_escape(place.where)} | {gap} | {_p(place.supports)} | "
-                     f"{_p(holm_p)} | {'yes' if holm_p < ALPHA else 'no'} |")  # fmt: skip
+        holm_p = corrected[id(cell)]
+        lines.append(f"| {md_escape(cell.where)} | {gap} | {_p(cell.supports)} | "
+                     f"{_p(holm_p)} | {'yes' if holm_p < alpha else 'no'} |")  # fmt: skip
     return [*lines, ""]
 
 
-def scope_lines(verdicts: Sequence[Verdict]) -> list[str]:
-    """One line per claim whose sweep file says why it is judged at its budgets: the
-    budgets it was judged at and the reason (empty when no claim has a ``scope``)."""
-    scoped = [v for v in verdicts if v.claim.scope]
+def scope_lines(claims: Sequence[tuple[str, str, Sequence[str]]]) -> list[str]:
+    """One line per (claim text, scope, budgets judged at) whose sweep file says why it is
+    judged at its budgets (budgets empty: not judged); empty when no claim has a scope."""
+    scoped = [(text, scope, budgets) for text, scope, budgets in claims if scope]
     if not scoped:
         return []
     lines = ["Budgets of the claims where the paper names none:", ""]
-    for v in scoped:
-        if v.outcome == NOT_CHECKED or not v.budgets:
-            at = "not judged (not checked: see its evidence above)"
-        else:
-            at = "judged at N_L=" + ", ".join(v.budgets)
-        lines.append(f"- “{md_escape(v.claim.text)}”: {at}. {md_escape(v.claim.scope)}")
+    for text, scope, budgets in scoped:
+        at = ("judged at N_L=" + ", ".join(budgets) if budgets
+              else "not judged (not checked: see its evidence above)")  # fmt: skip
+        lines.append(f"- “{md_escape(text)}”: {at}. {md_escape(scope)}")
     return [*lines, ""]

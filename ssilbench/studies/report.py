@@ -63,6 +63,7 @@ from ssilbench.leaderboard.stats import (
 )
 from ssilbench.leaderboard.table import interval_text
 from ssilbench.planning.sweepfile import Claim, SweepFile
+from ssilbench.studies.cells import cell_table, cells_intro, scope_lines
 from ssilbench.studies.figures import Panel, Series
 
 ALPHA = 0.05
@@ -401,8 +402,6 @@ def study_section(
     """A study's section of the report (``path``: the sweep file as the reader should type
     it; ``provenance``: lines on how its runs were made; ``source``: where runs are looked
     for, in words) and its verdicts."""
-    from ssilbench.studies.cells import CELLS_INTRO, cell_table, scope_lines
-
     verdicts = [check(claim, panels) for claim in sweep_file.claim]
     lines = [f"## {md_escape(sweep_file.title or sweep_file.name)}", ""]
     if sweep_file.description:
@@ -424,10 +423,13 @@ def study_section(
             lines.append(f"| {md_escape(v.claim.text)} | {MARKS[v.outcome]} | "
                          f"{md_escape(v.statistic)} | {md_escape(v.evidence)} |")  # fmt: skip
         lines.append("")
-    lines += scope_lines(verdicts)
-    tables = [line for v in verdicts for line in cell_table(v)]
+    judged = [(v.claim.text, v.claim.scope, v.budgets if v.outcome != NOT_CHECKED else [])
+              for v in verdicts]  # fmt: skip
+    lines += scope_lines(judged)
+    tables = [line for v in verdicts
+              for line in cell_table(v.claim.text, v.claim.check, v.places, ALPHA)]  # fmt: skip
     if tables:
-        lines += [CELLS_INTRO, "", *tables]
+        lines += [cells_intro(ALPHA), "", *tables]
     lines.append(
         f"Metric: {sweep_file.metric}; cells: mean over seeds [{SEED_INTERVAL}] "
         "(n = seeds). The claims above are judged by the tests of the rules at the "
