@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ssilbench.api import (
     ConfigError,
@@ -19,7 +16,6 @@ from ssilbench.api import (
     Normaliser,
     Task,
     TestSet,
-    omitted_at_default,
 )
 from ssilbench.kit import TransitionStore
 from ssilbench_maze.expert import (
@@ -41,14 +37,19 @@ from ssilbench_maze.gym_env import (
     MazeVectorEnv,
     default_horizon,
 )
+from ssilbench_maze.options import (
+    GENERATOR,
+    MazeOptions,
+    data_key,
+    other_palette,
+    short_hash,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ssilbench_maze.video_model import MazeVideoModel
 
-# Bump when the generator, expert or dataset layout changes: it is part of the cache key.
-GENERATOR = "ssilbench_maze/random-walk-v1"
 TASK_SIZES = {"10x10": 10, "20x20": 20, "50x50": 50}
 # Seed streams of the dataset, kept apart from the layout's stream: start cells (and
 # goals), no-op draws, the sample of a test set too large to hold whole, and the goal set
@@ -62,121 +63,6 @@ TEST_SET_BYTES = 64 << 20
 conditioned test set is a seeded uniform sample of its (state, goal) pairs."""
 STATES_DATASET_BYTES = 2 << 30
 """Most bytes of frames a ``data=states`` dataset may take (else the options are refused)."""
-
-
-class MazeOptions(BaseModel):
-    """Options of every maze task."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: Literal["position", "image"] = Field(
-        "position",
-        description="Observation: the agent's (x, y) cell as float32, or a 3xHxW uint8 image "
-        "with one pixel per cell in the colours of `palette`.",
-    )
-    palette: Literal["ssilbench", "paper"] = Field(
-        "ssilbench",
-        description="Colours of state=image: 'ssilbench' = wall black, free white, goal "
-        "green, agent red, agent on the goal yellow; 'paper' = the paper's code's, wall "
-        "blue and the agent red on the goal too (the rest the same).",
-    )
-    data: Literal["rollouts", "states"] = Field(
-        "rollouts",
-        description="Expert dataset: 'rollouts' = `episodes` expert episodes from uniformly "
-        "random start cells; 'states' = the paper's D^full, every feasible non-goal state "
-        "(with goals per episode: every feasible (state, goal) pair; with G goals: every "
-        "feasible non-goal state for each of them) `copies` times as a transition source.",
-    )
-    episodes: int = Field(
-        200, ge=1, description="Number of expert episodes when data='rollouts' (else unused)."
-    )
-    maze_seed: int = Field(
-        0,
-        ge=0,
-        description="Seed of the maze layout, its goal and the dataset's draws (start cells, "
-        "goals, no-ops).",
-    )
-    horizon: int | None = Field(
-        None,
-        ge=1,
-        description="Steps before an evaluation episode is truncated; None means twice the "
-        "longest expert path of the maze, divided by (1 - noop) (at most 10 times as long).",
-    )
-    noop: float = Field(
-        0.0,
-        ge=0.0,
-        le=1.0,
-        description="Probability that the agent stays where it is at a step, whatever the "
-        "action (the paper's stochastic environment); applies to evaluation, the dataset's "
-        "next states and the video model's outcomes.",
-    )
-    goals: Literal["fixed", "per_episode"] | Annotated[int, Field(ge=1, strict=True)] = Field(
-        "fixed",
-        description="'fixed': one goal for the maze; 'per_episode': each episode draws its "
-        "own goal among all free cells, observed as features (x, y, gx, gy) or drawn in the "
-        "image; a whole number G: G goal cells drawn from the free cells by maze_seed, each "
-        "episode draws one of them, observed as with 'per_episode' (the paper's number of "
-        "goals study).",
-    )
-    copies: int = Field(
-        1,
-        ge=1,
-        description="With data='states', how many times every transition source is stored, "
-        "each copy with its own no-op draw (the paper's samples_mult); only 1 with "
-        "data='rollouts'.",
-    )
-
-    # palette came after runs were recorded: at its default, earlier runs keep their ids.
-    _serialise = omitted_at_default("palette")
-
-    @model_validator(mode="after")
-    def _copies_need_states(self) -> MazeOptions:
-        # Rollouts already draw their own no-ops per episode: copies would only repeat them.
-        if self.copies != 1 and self.data != "states":
-            raise ValueError(
-                f"copies={self.copies} needs data=states (it repeats D^full's transitions); "
-                "with data=rollouts use episodes to grow the dataset"
-            )
-        return self
-
-
-def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
-    """The options that change the dataset, plus the generator version.
-
-    ``noop``, ``goals``, ``copies`` and ``palette`` (for images) appear only when they differ
-    from their defaults, so the datasets of the deterministic fixed-goal mazes keep their keys
-    (and a whole number of goals is the only key to hold an int under ``goals``).
-    """
-    key: dict[str, Any] = {
-        "generator": GENERATOR,
-        "task": task,
-        "state": options.state,
-        "data": options.data,
-        "maze_seed": options.maze_seed,
-    }
-    if options.data == "rollouts":
-        key["episodes"] = options.episodes
-    if options.noop > 0.0:
-        key["noop"] = options.noop
-    if options.goals != "fixed":
-        key["goals"] = options.goals
-    if options.copies != 1:
-        key["copies"] = options.copies
-    if palette := other_palette(options):
-        key["palette"] = palette
-    return key
-
-
-def other_palette(options: MazeOptions) -> str | None:
-    """The palette of an image task that is not the default one (None otherwise): what the
-    data key and the spec's metadata record, so that earlier datasets keep their bytes."""
-    if options.state == "image" and options.palette != "ssilbench":
-        return options.palette
-    return None
-
-
-def short_hash(payload: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def episode_arrays(
@@ -240,7 +126,7 @@ class MazeTask(Task):
     def __init__(self, task: str, options: MazeOptions) -> None:
         self.task = task
         self.options = options
-        self.maze = generate_maze(TASK_SIZES[task], options.maze_seed)
+        self.maze = generate_maze(TASK_SIZES[task], options.maze_seed, options.layout)
         varies_goal = options.goals != "fixed"
         self.tables: GoalTables | None = goal_tables(self.maze.walls) if varies_goal else None
         # The G goals of goals=G (None otherwise), in the order of their dataset blocks.
@@ -316,6 +202,8 @@ class MazeTask(Task):
             metadata["copies"] = self.options.copies
         if palette := other_palette(self.options):
             metadata["palette"] = palette
+        if self.options.layout != "suite":
+            metadata["layout"] = self.options.layout
         return cell_world_spec(
             f"maze:{self.task}",
             self.observe,
@@ -496,7 +384,7 @@ class MazeEnvironment(Environment):
         "dynamics, optional goals per episode (or a seeded set of G goals) and repeated "
         "copies of D^full."
     )
-    Options: ClassVar[type[BaseModel]] = MazeOptions
+    Options: ClassVar[type[MazeOptions]] = MazeOptions
     task_class = MazeTask
     task_kind = "maze task"
 
@@ -506,6 +394,8 @@ class MazeEnvironment(Environment):
 
 __all__ = [
     "COLOURS",
+    "data_key",
+    "short_hash",
     "PALETTES",
     "GENERATOR",
     "MazeEnvironment",

@@ -167,6 +167,15 @@ class QuickOverrides(BaseModel):
         return None if value is None else _config(value)
 
 
+def _line(value: str, key: str) -> str:
+    """A one-line text, given or left out: a blank or multi-line one reads as a mistake."""
+    if value and not value.strip():
+        raise ValueError(f"'{key}' is blank: say it in a line of words, or leave the key out")
+    if "\n" in value.strip():
+        raise ValueError(f"'{key}' must be one line (the report prints it as one)")
+    return value.strip()
+
+
 class Claim(BaseModel):
     """A statement of the paper, checked against a study's results on its seeds
     (``ssilbench.studies.report``: one-sided tests at level 0.05, paired by seed where
@@ -190,6 +199,16 @@ class Claim(BaseModel):
     panels: list[str] = Field(default_factory=list, description="Panel-title prefixes; [] = all.")
     threshold: float = 1.0
     budgets: int = Field(2, ge=1)
+    scope: str = Field(
+        "",
+        description="Why the claim is judged at its budgets where the paper names none (one "
+        "line; the report prints it with the budgets used).",
+    )
+
+    @field_validator("scope")
+    @classmethod
+    def _check_scope(cls, value: str) -> str:
+        return _line(value, "scope")
 
 
 class SweepFile(BaseModel):
@@ -209,6 +228,16 @@ class SweepFile(BaseModel):
     labels: dict[str, str] = {}
     quick: QuickOverrides | None = None
     claim: list[Claim] = []
+    variant: str = Field(
+        "",
+        description="Empty: the study is the paper's experiment. Otherwise what it changes "
+        "from the paper's (one line): its claims are counted apart from the paper's.",
+    )
+
+    @field_validator("variant")
+    @classmethod
+    def _check_variant(cls, value: str) -> str:
+        return _line(value, "variant")
 
     @field_validator("name")
     @classmethod
@@ -298,10 +327,11 @@ def load_sweep_file(path: Path) -> SweepFile:
         return SweepFile.model_validate(raw)
     except ValidationError as exc:
         allowed = (
-            "top level: name, protocol, title, description, metric, x_label, block, labels, "
-            "quick, claim; "
+            "top level: name, protocol, variant, title, description, metric, x_label, block, "
+            "labels, quick, claim; "
             "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
-            "steps_scale, eval_every, stop_early, rollouts, quick"
+            "steps_scale, eval_every, stop_early, rollouts, quick; "
+            "[[claim]]: text, check, method, other, panels, threshold, budgets, scope"
         )
         raise UsageError(
             f"Sweep file {path}: {_problems(exc)}. Allowed keys — {allowed}."

@@ -44,7 +44,7 @@ direction then counts as established (p = 0), none as not (p = 1).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +63,7 @@ from ssilbench.leaderboard.stats import (
 )
 from ssilbench.leaderboard.table import interval_text
 from ssilbench.planning.sweepfile import Claim, SweepFile
+from ssilbench.studies.cells import cell_table, cells_intro, scope_lines
 from ssilbench.studies.figures import Panel, Series
 
 ALPHA = 0.05
@@ -105,6 +106,8 @@ class Verdict:
     outcome: str  # one of OUTCOMES
     evidence: str
     statistic: str = ""  # the test that decided, e.g. "p = 0.003 (paired t, n = 5)"
+    places: list[Place] = field(default_factory=list)  # every test the verdict weighed
+    budgets: list[str] = field(default_factory=list)  # the budgets it was judged at
 
     @property
     def held(self) -> bool | None:
@@ -113,7 +116,7 @@ class Verdict:
 
 
 @dataclass
-class _Place:
+class Place:
     """One place a claim speaks of (a panel, or a panel and a budget) and its tests."""
 
     where: str
@@ -121,6 +124,7 @@ class _Place:
     supports: float | None  # p-value for the claim; None: no test there
     refutes: float | None  # p-value against it
     how: str  # the test, e.g. "paired t, n = 5"
+    estimate: float | None = None  # the gap tested (beats, gap_grows)
 
 
 def p_text(p: float) -> str:
@@ -136,7 +140,7 @@ def _selected(panels: list[Panel], claim: Claim) -> list[Panel]:
     return [p for prefix in claim.panels for p in panels if p.title.startswith(prefix)]
 
 
-def _decide(claim: Claim, places: list[_Place], every: str, extra: str = "") -> Verdict:
+def _decide(claim: Claim, places: list[Place], every: str, extra: str = "") -> Verdict:
     """The verdict of tests at ``places``: held when each supports the claim at ALPHA, not
     held when one refutes it at ALPHA / k; the statistic shown is the deciding test
     (``every``: what "held" means here, for the statistic)."""
@@ -148,11 +152,13 @@ def _decide(claim: Claim, places: list[_Place], every: str, extra: str = "") -> 
         shown = p_text(worst.refutes or 0.0)
         bound = f", below {ALPHA}/{k}" if k > 1 else f", below {ALPHA}"
         return Verdict(claim, NOT_HELD, evidence,
-                       f"against, at {worst.where}: {shown}{bound} ({worst.how})")  # fmt: skip
+                       f"against, at {worst.where}: {shown}{bound} ({worst.how})",
+                       places)  # fmt: skip
     untested = [p for p in places if p.supports is None]
     if untested:
         return Verdict(claim, NOT_ESTABLISHED, evidence,
-                       f"no test at {untested[0].where} ({untested[0].how})")  # fmt: skip
+                       f"no test at {untested[0].where} ({untested[0].how})",
+                       places)  # fmt: skip
     weakest = max(places, key=lambda p: p.supports or 0.0)
     outcome = HELD if (weakest.supports or 0.0) < ALPHA else NOT_ESTABLISHED
     where = f", the largest of {k}" if k > 1 else ""
@@ -161,7 +167,7 @@ def _decide(claim: Claim, places: list[_Place], every: str, extra: str = "") -> 
         statistic = every
     elif outcome == NOT_ESTABLISHED:
         statistic = f"at {weakest.where}: {statistic}"
-    return Verdict(claim, outcome, evidence, statistic)
+    return Verdict(claim, outcome, evidence, statistic, places)
 
 
 def _n_text(counts: list[int]) -> str:
@@ -182,7 +188,7 @@ def _reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
         below = one_sample_t(values, claim.threshold)
         hit = sum(v >= claim.threshold - EPS for v in values)
         counts.append(len(values))
-        places.append(_Place(
+        places.append(Place(
             panel.title,
             f"{below.estimate + claim.threshold:.3f} at N_L={budget}, {hit} of {len(values)} "
             f"seeds ≥ {claim.threshold:.3f}",
@@ -207,7 +213,7 @@ def _never_reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
         for budget in series.budgets():
             values = series.points[budget]
             below = one_sample_t(values, claim.threshold)
-            places.append(_Place(
+            places.append(Place(
                 f"{panel.title}, N_L={budget}",
                 f"{below.estimate + claim.threshold:.3f}",
                 below.p_less, 0.0 if _reached(values, claim.threshold) else 1.0,
@@ -222,7 +228,7 @@ def _never_reaches(claim: Claim, chosen: list[Panel]) -> Verdict:
     return verdict
 
 
-def _short(places: list[_Place], what: str) -> str:
+def _short(places: list[Place], what: str) -> str:
     """Evidence for many budgets: per panel, the best value (the table has the rest)."""
     best: dict[str, tuple[str, str]] = {}
     for p in places:
@@ -268,8 +274,9 @@ def _beats(claim: Claim, chosen: list[Panel]) -> Verdict:
         for budget in budgets:
             test = _compare(mine, theirs, budget)
             shown = "" if test.p_greater is None else f" ({p_text(test.p_greater)})"
-            places.append(_Place(f"{panel.title}, N_L={budget}", f"{test.estimate:+.3f}{shown}",
-                                 test.p_greater, test.p_less, test.describe()))  # fmt: skip
+            places.append(Place(f"{panel.title}, N_L={budget}", f"{test.estimate:+.3f}{shown}",
+                                test.p_greater, test.p_less, test.describe(),
+                                test.estimate))  # fmt: skip
     return _decide(claim, places, "")
 
 
@@ -309,8 +316,8 @@ def _gap_grows(claim: Claim, chosen: list[Panel]) -> Verdict:
         seeds = _n_text([min(len(a), len(b)) for c in (per_panel[i - 1], per_panel[i])
                          for a, b, _ in c])  # fmt: skip
         how = f"bootstrap, {seeds}" if testable else f"fewer than two seeds in a cell, {seeds}"
-        places.append(_Place(f"{chosen[i - 1].title} → {chosen[i].title}", note, grows,
-                             shrinks, how))  # fmt: skip
+        places.append(Place(f"{chosen[i - 1].title} → {chosen[i].title}", note, grows,
+                            shrinks, how, change))  # fmt: skip
     extra = "; mean gaps in panel order: " + ", ".join(f"{g:+.3f}" for g in gaps)
     return _decide(claim, places, "", extra)
 
@@ -350,6 +357,8 @@ def check(claim: Claim, panels: list[Panel]) -> Verdict:
     if not complete:
         return Verdict(claim, NOT_CHECKED, f"results missing: {'; '.join(waiting)}")
     verdict = CHECKS[claim.check](claim, complete)
+    verdict.budgets = sorted({b for panel in complete for b in _needed(claim, panel)},
+                             key=budget_sort_key)  # fmt: skip
     if waiting:
         verdict.evidence += f"; not judged (results missing): {'; '.join(waiting)}"
     return verdict
@@ -397,6 +406,10 @@ def study_section(
     lines = [f"## {md_escape(sweep_file.title or sweep_file.name)}", ""]
     if sweep_file.description:
         lines += [sweep_file.description, ""]
+    if sweep_file.variant:
+        lines += [f"A variant of the paper's experiment, not the paper's: "
+                  f"{md_escape(sweep_file.variant)}. Its claims are counted apart from the "
+                  "paper's.", ""]  # fmt: skip
     lines += [f"Sweep file: `{path}`. Runs: `{command}`.", ""]
     for line in provenance:
         lines += [line, ""]
@@ -410,6 +423,13 @@ def study_section(
             lines.append(f"| {md_escape(v.claim.text)} | {MARKS[v.outcome]} | "
                          f"{md_escape(v.statistic)} | {md_escape(v.evidence)} |")  # fmt: skip
         lines.append("")
+    judged = [(v.claim.text, v.claim.scope, v.budgets if v.outcome != NOT_CHECKED else [])
+              for v in verdicts]  # fmt: skip
+    lines += scope_lines(judged)
+    tables = [line for v in verdicts
+              for line in cell_table(v.claim.text, v.claim.check, v.places, ALPHA)]  # fmt: skip
+    if tables:
+        lines += [cells_intro(ALPHA), "", *tables]
     lines.append(
         f"Metric: {sweep_file.metric}; cells: mean over seeds [{SEED_INTERVAL}] "
         "(n = seeds). The claims above are judged by the tests of the rules at the "

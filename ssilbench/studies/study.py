@@ -265,6 +265,12 @@ def plot_study(plugins: Plugins, path: str, results: str, quick: bool, folder: P
     return draw_study(sweep_file, panels, quick, folder)
 
 
+def _tallied(tally: dict[str, int]) -> str:
+    from ssilbench.studies.report import OUTCOMES
+
+    return ", ".join(f"{name}: {tally[name]}" for name in OUTCOMES)
+
+
 def write_report(
     plugins: Plugins, paths: Sequence[str], source: RunSource, quick: bool, out: str
 ) -> tuple[Path, Path]:
@@ -273,7 +279,7 @@ def write_report(
     depends only on the sweep files and the runs: not on the time, nor on where it is."""
     from ssilbench.leaderboard.render import write_replacing
     from ssilbench.studies.figures import collect
-    from ssilbench.studies.report import NOT_CHECKED, OUTCOMES, RULES, study_section
+    from ssilbench.studies.report import OUTCOMES, RULES, study_section
 
     target = Path(out)
     figures = target.parent / "figures"
@@ -292,7 +298,10 @@ def write_report(
         RULES,
         "",
     ]
+    # The paper's claims are counted apart from those judged on ssilbench's own variants.
     tally = dict.fromkeys(OUTCOMES, 0)
+    variant_tally = dict.fromkeys(OUTCOMES, 0)
+    variants: list[str] = []
     for path in paths:
         sweep_file, cells, runs = study_runs(plugins, path, quick, records)
         panels = collect(runs, cells, sweep_file.metric, sweep_file.display)
@@ -307,9 +316,14 @@ def write_report(
             provenance(sweep_file, quick, runs), source.kind(),
         )  # fmt: skip
         lines += section
+        if sweep_file.variant:
+            variants.append(sweep_file.name)
         for v in verdicts:
-            tally[v.outcome] += 1
-    counts = ", ".join(f"{name}: {tally[name]}" for name in OUTCOMES if name != NOT_CHECKED)
-    lines.insert(2, f"Claims {counts}, {NOT_CHECKED}: {tally[NOT_CHECKED]}.\n")
+            (variant_tally if sweep_file.variant else tally)[v.outcome] += 1
+    headline = f"The paper's claims — {_tallied(tally)}.\n"
+    if variants:
+        headline += (f"\nClaims judged on ssilbench's own variants ({', '.join(variants)}), "
+                     f"counted apart — {_tallied(variant_tally)}.\n")  # fmt: skip
+    lines.insert(2, headline)
     write_replacing(target, "\n".join(lines), "Choose another --out path.")
     return target, figures

@@ -67,6 +67,17 @@ def test_a_valid_file_expands_list_options_and_quick(tmp_path):
     assert quick.seeds == [0] and quick.budgets == ["1.0"] and quick.steps == 40
     assert sweep_file.display("vm_idm (arch=mlp5)") == "VM*-IDM"
     assert sweep_file.display("bc") == "bc"
+    assert sweep_file.variant == "" and sweep_file.claim[1].scope == ""  # the paper's
+
+
+def test_variant_and_scope_are_read_as_one_line(tmp_path):
+    text = GOOD.replace(
+        'metric = "test_accuracy"', 'metric = "test_accuracy"\nvariant = " other colours "', 1
+    )
+    text = text.replace("budgets = 1", 'budgets = 1\nscope = "the smallest split"', 1)
+    sweep_file = load_sweep_file(write(tmp_path, text))
+    assert sweep_file.variant == "other colours"
+    assert sweep_file.claim[1].scope == "the smallest split"
 
 
 @pytest.mark.parametrize(
@@ -84,6 +95,14 @@ def test_a_valid_file_expands_list_options_and_quick(tmp_path):
         (("steps = 40", 'steps = 40\nquick = "no"'), "'block[1].quick'"),
         (("steps = 40", 'steps = 40\nsteps_scale = "0.5"'), "'block[1].steps_scale'"),
         (('metric = "test_accuracy"', "metric = 1"), "'metric'"),
+        (('metric = "test_accuracy"', 'metric = "test_accuracy"\nvariant = true'), "'variant'"),
+        (
+            ('metric = "test_accuracy"', 'metric = "test_accuracy"\nvariant = "  "'),
+            "'variant' is blank",
+        ),
+        (("budgets = 1", 'budgets = 1\nscope = "two\\nlines"'), "must be one line"),
+        (("budgets = 1", "budgets = 1\nscope = 2"), "'claim[2].scope'"),
+        (("budgets = 1", 'budgets = 1\nscop = "x"'), "unknown key 'claim[2].scop'"),
     ],
 )
 def test_invalid_files_name_the_file_and_the_key(tmp_path, edit, expected):

@@ -11,10 +11,12 @@ from ssilbench.leaderboard.stats import one_sample_t, paired_t, t975, t_upper_p,
 from ssilbench.planning.sweepfile import Claim, SweepFile
 from ssilbench.studies.figures import Panel, Series
 from ssilbench.studies.report import (
+    ALPHA,
     HELD,
     NOT_CHECKED,
     NOT_ESTABLISHED,
     NOT_HELD,
+    Verdict,
     check,
     study_section,
 )
@@ -303,3 +305,53 @@ def test_the_claim_table_shows_the_verdict_and_the_statistic():
     assert "| claim (paper) | held | statistic | evidence |" in text
     assert "| A beats B | not established | at maze, N_L=1.0: p = 1.000 (paired t, n = 3) |" in text
     assert "| A reaches 1 | yes | every seed ≥ 1.000 in 1 panel(s) (n = 3) |" in text
+
+
+# --- the cells of a claim: Holm's step-down correction ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("p_values", "adjusted"),
+    [
+        # Sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04; each
+        # at least the one before, so the last is 0.06; back in the order given.
+        ([0.01, 0.04, 0.03, 0.005], [0.03, 0.06, 0.06, 0.02]),
+        ([0.5, 0.6], [1.0, 1.0]),  # 0.5 x 2 = 1.0, capped at 1 and carried to 0.6
+        ([0.02, 0.02], [0.04, 0.04]),  # ties
+        ([0.3], [0.3]),  # one test: no correction
+        ([], []),
+    ],
+)
+def test_holm_adjusts_as_by_hand(p_values, adjusted):
+    from ssilbench.studies.cells import holm
+
+    assert holm(p_values) == pytest.approx(adjusted, abs=1e-12)
+
+
+def test_cell_table_shows_which_cells_carry_a_claim():
+    from ssilbench.studies.cells import cell_table, scope_lines
+
+    def table(v: Verdict) -> list[str]:
+        return cell_table(v.claim.text, v.claim.check, v.places, ALPHA)
+
+    strong = {"0.1": [0.9, 0.8, 0.95, 0.85, 0.9], "0.2": [0.6, 0.62, 0.58, 0.61, 0.6]}
+    weak = {"0.1": [0.5, 0.5, 0.5, 0.5, 0.5], "0.2": [0.55, 0.6, 0.57, 0.59, 0.61]}
+    p = panel("maze", series("A", strong), series("B", weak))
+    one = panel("other", series("A", {"0.1": [0.9]}), series("B", {"0.1": [0.5]}))
+    v = check(claim("beats", other="B", scope="few labels"), [p])
+    rows = [line for line in table(v) if line.startswith("| maze")]
+    assert rows[0].startswith("| maze, N_L=0.1 | +0.380 | ") and rows[0].endswith(" | yes |")
+    assert rows[1].startswith("| maze, N_L=0.2 | +0.018 | ") and rows[1].endswith(" | no |")
+    assert scope_lines([(v.claim.text, v.claim.scope, v.budgets)]) == [
+        "Budgets of the claims where the paper names none:",
+        "",
+        "- “a claim”: judged at N_L=0.1, 0.2. few labels",
+        "",
+    ]
+    lonely = check(claim("beats", other="B", budgets=1), [p, one])
+    assert "| other, N_L=0.1 | +0.400 | no test (" in "\n".join(table(lonely))
+    assert table(check(claim("reaches"), [p])) == []  # not a comparison
+    assert scope_lines([("a claim", "why", [])])[2] == (
+        "- “a claim”: not judged (not checked: see its evidence above). why"
+    )
+    assert scope_lines([("a claim", "", ["0.1"])]) == []  # no scope, no line

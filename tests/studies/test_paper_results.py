@@ -25,7 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER = ROOT / "docs" / "paper"
 EXPORTS = {"paper": PAPER / "results" / "mazes-paper.jsonl.gz",
            "fast": PAPER / "results" / "mazes-fast.jsonl.gz"}  # fmt: skip
-STUDIES = sorted((ROOT / "benchmarks" / "paper").glob("*.toml"))
 
 # (study, claim) -> why the fast protocol reaches another verdict than the paper protocol;
 # the same list is in docs/paper/README.md.
@@ -70,6 +69,7 @@ def _command(report: Path) -> list[str]:
 def test_every_report_reads_only_shipped_exports():
     reports = _reports()
     assert {r.name for r in reports} == {"mazes.md", "mazes-fast.md"}
+    assert len(STUDIES) == 5 and all(study.is_file() for study in STUDIES)
     for report in reports:
         args = _command(report)
         sources = [args[i + 1] for i, a in enumerate(args) if a == "--from"]
@@ -97,6 +97,11 @@ def test_a_report_regenerates_byte_for_byte_from_its_exports(tmp_path, monkeypat
             assert drawn.read_bytes() == (PAPER / figure).with_suffix(suffix).read_bytes()
 
 
+# The studies the reports are made of: the paper's other sweep files (Procgen's, the
+# manipulation figure's) have no shipped runs.
+STUDIES = [ROOT / arg for arg in _command(PAPER / "mazes.md") if arg.endswith(".toml")]
+
+
 def _verdicts(study: Path, quick: bool, export: Path) -> dict[str, str]:
     records = RunSource(exports=(str(export),)).records()
     sweep_file, cells, runs = study_runs(load_plugins(), str(study), quick, records)
@@ -119,3 +124,16 @@ def test_the_fast_protocol_reaches_the_paper_protocols_verdicts(study):
             assert fast[text] == outcome, f"{study.stem}: {text!r}: {fast[text]} vs {outcome}"
     listed = [t for s, t in FAST_DIFFERS if s == study.stem]
     assert all(t in paper for t in listed)
+
+
+def test_the_readme_quotes_the_paper_reports_headline():
+    """docs/paper/README.md quotes the counts of mazes.md's first lines: the paper's claims,
+    then the variant's."""
+    lines = (PAPER / "mazes.md").read_text().splitlines()
+    paper = dict(re.findall(r"(held|not held|not established): (\d+)", lines[2]))
+    variant = dict(re.findall(r"(held|not held|not established): (\d+)", lines[4]))
+    readme = " ".join((PAPER / "README.md").read_text().split())
+    assert (f"(paper protocol: {paper['held']} held, {paper['not held']} not held, "
+            f"{paper['not established']} not established)") in readme  # fmt: skip
+    assert f"({variant['held']} held, {variant['not held']} not held)" in readme
+    assert lines[4].startswith("Claims judged on ssilbench's own variants (image-colours)")

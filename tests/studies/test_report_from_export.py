@@ -53,6 +53,7 @@ check = "beats"
 method = "VM*-IDM"
 other = "BC"
 budgets = 2
+scope = "The paper names no budgets here."
 
 [[claim]]
 text = "The gap grows"
@@ -158,7 +159,9 @@ def test_the_report_says_how_the_runs_were_made(study, capsys):
                     "r.md")  # fmt: skip
     assert code == 0, err
     text = Path("r.md").read_text()
-    assert "Claims held: 3, not held: 0, not established: 0, not checked: 0." in text
+    assert ("The paper's claims — held: 3, not held: 0, not established: 0, not checked: 0."
+            in text.splitlines())  # fmt: skip
+    assert "counted apart" not in text  # no variant among the studies
     assert "\nProtocol: paper.\n" in text
     assert "\nRevision: git abc1234 (12 runs), git def5678 (12 runs).\n" in text
     assert "\nMachine: cpu (x86_64, 1 threads) on host box (24 runs).\n" in text
@@ -178,6 +181,31 @@ def test_the_report_says_how_the_runs_were_made(study, capsys):
             "protocol 'paper'.") in quick  # fmt: skip
     assert "ssilbench report --sweep study.toml --quick --results results --out q.md" in quick
     assert "(16 runs)" in quick
+
+
+def test_claims_of_a_variant_are_counted_apart_with_their_cells_and_scope(study, capsys):
+    Path("variant.toml").write_text(textwrap.dedent(STUDY).replace(
+        'name = "tiny"', 'name = "tiny-colours"\nvariant = "other colours"'))  # fmt: skip
+    code, err = cli(capsys, "report", "--sweep", "study.toml", "--sweep", "variant.toml",
+                    "--results", "results", "--out", "r.md")  # fmt: skip
+    assert code == 0, err
+    lines = Path("r.md").read_text().splitlines()
+    assert lines[2] == ("The paper's claims — held: 3, not held: 0, not established: 0, "
+                        "not checked: 0.")  # fmt: skip
+    assert lines[4] == (
+        "Claims judged on ssilbench's own variants (tiny-colours), counted "
+        "apart — held: 3, not held: 0, not established: 0, not checked: 0."
+    )
+    assert ("A variant of the paper's experiment, not the paper's: other colours. Its claims "
+            "are counted apart from the paper's.") in lines  # fmt: skip
+    assert lines.count("- “VM*-IDM beats BC”: judged at N_L=0.5, 1.0. The paper names no "
+                       "budgets here.") == 2  # fmt: skip
+    # The four cells of "beats" (paired t, n = 3) and Holm's correction of their p-values:
+    # sorted, 4.8e-05 x 4, 1.1e-04 x 3, 1.4e-04 x 2 and 2.9e-04 x 1, each at least the last.
+    assert lines.count("| positions: maze:20x20, N_L=0.5 | +0.590 | 4.8e-05 | 1.9e-04 | yes |") == 2
+    assert lines.count("| positions: maze:10x10, N_L=1.0 | +0.480 | 2.9e-04 | 3.3e-04 | yes |") == 2
+    assert lines.count("| positions: maze:10x10 → positions: maze:20x20 | +0.200 | 5.0e-04 | "
+                       "5.0e-04 | yes |") == 2  # fmt: skip
 
 
 @pytest.mark.parametrize(
