@@ -1,5 +1,5 @@
-"""The examples of docs/guide.md, docs/plugin-authors.md and README.md are checked against
-what the code does.
+"""The examples of docs/guide.md, docs/plugin-authors.md, docs/howto.md and README.md are
+checked against what the code does.
 
 A block is checked when the line before it (blank lines aside) is a marker
 ``<!-- checked: KIND ARGS -->``; the block is the fenced code block or the Markdown table that
@@ -51,7 +51,8 @@ from ssilbench.testing import cli_exit_code
 from .docs_walkthroughs import walkthrough_installed
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md"]
+DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md",
+        ROOT / "docs" / "howto.md"]
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.
 REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins",
