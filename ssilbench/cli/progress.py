@@ -78,13 +78,13 @@ def _number(value: float | None) -> str:
 
 def phase_words(view: RunView, holder: str = "") -> str:
     """What the run does, in words: ``training policy``, ``evaluating policy``,
-    ``labelling 40,000 rows``, ``waiting for shared idm (trained by LABEL)``."""
+    ``labelling 40,000 rows``, ``waiting for shared idm (held by LABEL)``."""
     phase = view.phase or ("training" if view.stage else "claimed")
     if phase == "training":
         return f"training {view.stage}".rstrip()
     if phase == "waiting":
         return f"waiting for shared {view.detail or 'stage'}" + (
-            f" (trained by {holder})" if holder else "")  # fmt: skip
+            f" (held by {holder})" if holder else "")  # fmt: skip
     return f"{phase} {view.detail}".rstrip()
 
 

@@ -58,7 +58,7 @@ def cached_rows(
     path = artifact_path(cache, key)
     array = _load(path)  # the common case (kept by an earlier run) takes no lease
     if array is None:
-        with cache.lease(key, on_wait=cache.waiting(f"{trainer} of {len(inputs)} rows")):
+        with cache.lease(key, on_wait=cache.waiting(f"{len(inputs):,} rows")):
             array = _load(path)  # another process may have written it while we waited
             if array is None:
                 cache.say("labelling", f"{len(inputs):,} rows")

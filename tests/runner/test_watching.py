@@ -188,7 +188,7 @@ def test_phases_in_words(monkeypatch):
                         "holder": {"host": socket.gethostname(), "pid": 4242}})  # fmt: skip
     view = observer.runs["r1"]
     assert run_status(view, holder=observer.holder_of(view.holder)) == (
-        "waiting for shared idm (trained by bc on maze:10x10, N_L=16, seed 0) 0/1k"
+        "waiting for shared idm (held by bc on maze:10x10, N_L=16, seed 0) 0/1k"
     )
     assert observer.holder_of({"host": "elsewhere", "pid": 7}) == "elsewhere pid 7"
     observer.run_event({"run_id": "r1", "kind": "phase", "phase": "labelling",
