@@ -9,9 +9,10 @@ evaluation and an estimate of the time left (from the events of
 start and then every ``every`` seconds (``SSILBENCH_PROGRESS_EVERY``, default 30), and one
 when a run ends. Every plain line starts with the sweep's count of runs ended and the time
 it has left, and fits :data:`WIDTH` columns: a run's config is shortened first, then its
-last evaluation and loss are left out, then its method and environment are cut; its N_L and
-seed always stay. A run the sweep has claimed but that has said nothing yet (queued for a
-pool worker) is counted, not drawn, as are runs preparing data beyond a few.
+loss and last evaluation are left out, then its method and environment are cut; its N_L and
+seed always stay. A run the sweep has claimed but that has said nothing yet (its pool
+worker is starting; on Ray or SLURM, until it ends) is counted, not drawn, as are runs
+preparing data beyond a few.
 """
 
 from __future__ import annotations
@@ -90,22 +91,23 @@ def phase_words(view: RunView, holder: str = "") -> str:
 
 def status_parts(view: RunView, now: float | None = None, holder: str = "") -> list[str]:
     """A run's state as parts, the ones left out first when room is short last: phase,
-    step/total, eta, loss, last evaluation."""
+    step/total, eta, last evaluation, loss (the curves keep every loss; a log reader
+    looks for the score)."""
     parts = [phase_words(view, holder)]
     if view.total and view.reported and view.phase != "preparing data":
         parts.append(f"{short_count(view.step)}/{short_count(view.total)}")
     eta = view.eta(now) if view.phase in ("training", "evaluating", "") else None
     if eta is not None:
         parts.append(f"eta {duration(eta)}")
-    if view.loss is not None:
-        parts.append(f"loss {_number(view.loss)}")
     if view.eval_step is not None:
         parts.append(f"eval {_number(view.score)}@{short_count(view.eval_step)}")
+    if view.loss is not None:
+        parts.append(f"loss {_number(view.loss)}")
     return parts
 
 
 def run_status(view: RunView, now: float | None = None, holder: str = "") -> str:
-    """``training policy 1.2k/5k eta 1:20 loss 0.231 eval 0.81@1k``: a run's state."""
+    """``training policy 1.2k/5k eta 1:20 eval 0.81@1k loss 0.231``: a run's state."""
     return " ".join(status_parts(view, now, holder))
 
 
@@ -207,17 +209,20 @@ class PlainProgress(SweepObserver):
     def sweep_eta(self, now: float | None = None) -> float | None:
         """Seconds the sweep has left at its pace so far: the share of its runs done,
         counting each running run's steps, over the time since it started (None before
-        any step; skipped runs count for nothing)."""
+        any step; skipped runs count for nothing), and never less than its running runs'
+        own time left (parallel runs make the share grow faster than the last run ends)."""
         now = now or time.time()
         todo = self.total - self.counts["skipped"]
         if todo <= 0:
             return 0.0
         with self.lock:
-            partial = sum(min(1.0, v.step / v.total) for v in self.runs.values() if v.total)
+            views = list(self.runs.values())
+        partial = sum(min(1.0, v.step / v.total) for v in views if v.total)
         share = (self.counts["done"] + self.counts["failed"] + partial) / todo
         if share <= 0:
             return None
-        return max(0.0, (now - self.began) * (1 - share) / share)
+        longest = max((eta for v in views if (eta := v.eta(now)) is not None), default=0.0)
+        return max(longest, (now - self.began) * (1 - share) / share)
 
     def _head(self, now: float) -> str:
         ended = self.counts["done"] + self.counts["failed"] + self.counts["skipped"]
@@ -255,7 +260,7 @@ class PlainProgress(SweepObserver):
             self._write(f"{len(preparing)} runs preparing data", now)
         silent = sum(not view.reported for view in views)
         if silent:
-            self._write(f"{silent} more claimed, not started yet", now)
+            self._write(f"{silent} more claimed, not heard from yet", now)
 
     def _loop(self) -> None:
         wait = min(self.every, FIRST_ROUND)

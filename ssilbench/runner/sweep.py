@@ -351,6 +351,7 @@ class SweepExecution:
             more = f" (+{len(mine) - 1} stacked)" if len(mine) > 1 else ""
             self.notify("start", self.describe(mine[0]) + more)
             with events_to(self.observer.run_event if self.observer is not None else None):
+                announce([self.plan.runs[i].run_id for i in mine], "preparing data")
                 outcomes = _execute(self.plan, self.plugins, [self.plan.runs[i] for i in mine],
                                     self.device, storage)  # fmt: skip
             for result in outcomes:

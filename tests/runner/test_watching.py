@@ -165,13 +165,14 @@ def test_plain_lines_name_every_run_with_the_sweep_eta_and_shorten_the_config_fi
                              "procgen:bigfish N=0.25 s7")  # fmt: skip
     assert fit("x" * 100, ["y" * 10], 40) == "x" * 25 + ".. | " + "y" * 10
     assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc on maze:10x10, N_L=16, seed 0 | s"
-    # Room runs out: the evaluation, then the loss go; then method and env are cut.
-    parts = ["training policy", "1k/3k", "eta 0:09", "loss 0.126", "eval 0.188@1.5k"]
+    # Less and less room: the config is shortened first (80), then the last parts go (70:
+    # the loss, then the evaluation), then method and env are cut (40).
+    parts = ["training policy", "1k/3k", "eta 0:09", "eval 0.188@1.5k", "loss 0.126"]
     assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 80) == (
-        "bc (arch=mlp5) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09 loss 0.126"
+        "bc (arch=..) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09 eval 0.188@1.5k"
     )
     assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 70) == (
-        "bc (..) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09 loss 0.126"
+        "bc (arch=mlp5) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09"
     )
     assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 40) == (
         "bc maz.. N=16 s0 | training policy 1k/3k"
@@ -214,7 +215,7 @@ def test_plain_progress_counts_runs_without_a_step_as_waiting_instead_of_drawing
     lines = out.getvalue().splitlines()
     assert len(lines) == 2, lines
     assert "bc on maze:10x10, N_L=16, seed 0 | training policy 12k/200k loss 0.25" in lines[0]
-    assert lines[1].endswith(" 69 more claimed, not started yet")
+    assert lines[1].endswith(" 69 more claimed, not heard from yet")
     progress.round()  # a round with every run training has no waiting line
     out.truncate(0)
     for i in range(1, 70):
@@ -282,8 +283,9 @@ def test_run_prints_plain_progress_in_a_log(cli, monkeypatch):
     # Every progress line (a time stamp first) fits; the summary after them names the folder.
     progress = [line for line in lines if line[:2].isdigit() and line[2] == ":"]
     assert progress[0].endswith("[0/1 eta ?] start: bc on maze:10x10, N_L=16, seed 0")
-    running = [line for line in progress if "seed 0 | training policy " in line]
-    assert running and all(" loss " in line for line in running), result.stderr
+    running = [line for line in progress if " s0 | training policy " in line
+               or "seed 0 | training policy " in line]  # fmt: skip
+    assert running and all(" loss " in line or " eval " in line for line in running), lines
     assert all(len(line) <= WIDTH and " [0/1 eta " in line for line in progress[:-1])
     assert progress[-1].endswith("[1/1 eta 0:00] done: bc on maze:10x10, N_L=16, seed 0")
 
