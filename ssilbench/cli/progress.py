@@ -1,14 +1,18 @@
 """A sweep's progress on stderr, run by run: a live display in a terminal, plain lines
-otherwise (a log file, SLURM's output).
+otherwise (a log file, SLURM's output, CI).
 
-Both show, for each running run, its stage, step/total, latest training loss, last
+Both show, for each running run, its phase (preparing data, training STAGE, evaluating,
+labelling, waiting for a shared stage and whom for), step/total, latest training loss, last
 evaluation and an estimate of the time left (from the events of
-:mod:`ssilbench.runner.telemetry`). The plain form writes one line per running run every
-``every`` seconds (``SSILBENCH_PROGRESS_EVERY``, default 30) and one line when a run ends;
-every line fits 80 columns. A run the sweep has claimed but that has reported no step yet
-(queued for a pool worker, or preparing) is counted as waiting, not drawn as a row: a pool
-claims every run when it starts, and 70 rows of "starting 0/200k" every 30 s hid the few
-that train.
+:mod:`ssilbench.runner.telemetry`). The plain form writes a line when a unit of runs starts
+(so the first line comes at once), one per running run :data:`FIRST_ROUND` seconds after the
+start and then every ``every`` seconds (``SSILBENCH_PROGRESS_EVERY``, default 30), and one
+when a run ends. Every plain line starts with the sweep's count of runs ended and the time
+it has left, and fits :data:`WIDTH` columns: a run's config is shortened first, then its
+loss and last evaluation are left out, then its method and environment are cut; its N_L and
+seed always stay. A run the sweep has claimed but that has said nothing yet (its pool
+worker is starting; on Ray or SLURM, until it ends) is counted, not drawn, as are runs
+preparing data beyond a few.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from ssilbench.runner.telemetry import RunView, SweepObserver
 
 EVERY_ENV = "SSILBENCH_PROGRESS_EVERY"
 DEFAULT_EVERY = 30.0
-WIDTH = 80
+FIRST_ROUND = 5.0  # seconds from the start to the first round of run lines (at most)
+WIDTH = 100
 MAX_ROWS = 12  # runs shown at once in the live display; "+N more" for the rest
+GROUPED = 3  # more runs than this preparing data are one line
 
 
 def progress_every() -> float:
@@ -71,37 +77,105 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def run_status(view: RunView, now: float | None = None) -> str:
-    """``stage 1.2k/5k loss 0.231 eval 0.81@1k eta 1:20``: a run's state in words."""
-    parts = [view.stage or "starting"]
-    if view.total:
+def phase_words(view: RunView, holder: str = "") -> str:
+    """What the run does, in words: ``training policy``, ``evaluating policy``,
+    ``labelling 40,000 rows``, ``waiting for shared idm (held by LABEL)``."""
+    phase = view.phase or ("training" if view.stage else "claimed")
+    if phase == "training":
+        return f"training {view.stage}".rstrip()
+    if phase == "waiting":
+        return f"waiting for shared {view.detail or 'stage'}" + (
+            f" (held by {holder})" if holder else "")  # fmt: skip
+    return f"{phase} {view.detail}".rstrip()
+
+
+def status_parts(view: RunView, now: float | None = None, holder: str = "") -> list[str]:
+    """A run's state as parts, the ones left out first when room is short last: phase,
+    step/total, eta, last evaluation, loss (the curves keep every loss; a log reader
+    looks for the score)."""
+    parts = [phase_words(view, holder)]
+    if view.total and view.reported and view.phase != "preparing data":
         parts.append(f"{short_count(view.step)}/{short_count(view.total)}")
-    if view.loss is not None:
-        parts.append(f"loss {_number(view.loss)}")
+    eta = view.eta(now) if view.phase in ("training", "evaluating", "") else None
+    if eta is not None:
+        parts.append(f"eta {duration(eta)}")
     if view.eval_step is not None:
         parts.append(f"eval {_number(view.score)}@{short_count(view.eval_step)}")
-    parts.append(f"eta {duration(view.eta(now))}")
-    return " ".join(parts)
+    if view.loss is not None:
+        parts.append(f"loss {_number(view.loss)}")
+    return parts
+
+
+def run_status(view: RunView, now: float | None = None, holder: str = "") -> str:
+    """``training policy 1.2k/5k eta 1:20 eval 0.81@1k loss 0.231``: a run's state."""
+    return " ".join(status_parts(view, now, holder))
 
 
 _LABEL = re.compile(r"^(?P<what>.*) on (?P<env>.*), N_L=(?P<budget>[^,]*), seed (?P<seed>-?\d+)$")
+_SETTINGS = re.compile(r"^(?P<name>[^ (]+)(?: \((?P<settings>.*)\))?$")
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: max(0, room - 2)] + ".."
+
+
+def _name_and_settings(text: str) -> tuple[str, str | None]:
+    """``"bc (arch=mlp5, lr=0.1)"`` -> ``("bc", "arch=mlp5, lr=0.1")``."""
+    found = _SETTINGS.match(text)
+    return (found["name"], found["settings"]) if found else (text, None)
 
 
 def compact(label: str, room: int) -> str:
-    """A run's label (``M on E, N_L=B, seed S``) as ``M E N=B sS`` in ``room`` columns: the
-    method and environment are cut first, so that the budget and seed stay readable."""
+    """A run's label (``M (CONFIG) on E (OPTIONS), N_L=B, seed S``) in ``room`` columns: as
+    it is when it fits, else ``M (CONFIG) E (OPTIONS) N=B sS`` with the config shortened
+    first, then the options, then the method and environment, so that N_L and seed stay."""
+    if len(label) <= room:
+        return label
     found = _LABEL.match(label)
     if found is None:
-        return label if len(label) <= room else label[: max(0, room - 3)] + "..."
-    head = f"{found['what']} {found['env']}"
+        return _cut(label, room)
+    method, config = _name_and_settings(found["what"])
+    env, options = _name_and_settings(found["env"])
     tail = f" N={found['budget']} s{found['seed']}"
-    if len(head) + len(tail) > room:
-        head = head[: max(0, room - len(tail) - 2)] + ".."
-    return head + tail
+
+    def text(config: str | None, options: str | None) -> str:
+        head = method + (f" ({config})" if config is not None else "")
+        return head + f" {env}" + (f" ({options})" if options is not None else "") + tail
+
+    full = text(config, options)
+    excess = len(full) - room
+    if excess > 0 and config:
+        config = _cut(config, max(2, len(config) - excess))
+        excess = len(text(config, options)) - room
+    if excess > 0 and options:
+        options = _cut(options, max(2, len(options) - excess))
+        excess = len(text(config, options)) - room
+    if excess <= 0:
+        return text(config, options)
+    return _cut(f"{method} {env}", max(2, room - len(tail))) + tail
 
 
-def fit(label: str, status: str, width: int = WIDTH) -> str:
-    """``label | status`` in ``width`` columns: the label is shortened first."""
+def _names_only(label: str) -> int:
+    """The width of the label with its config and options shortened as far as they go
+    (``(..)``), method and environment whole."""
+    found = _LABEL.match(label)
+    if found is None:
+        return 12
+    method, config = _name_and_settings(found["what"])
+    env, options = _name_and_settings(found["env"])
+    return (len(method) + len(env) + len(f"  N={found['budget']} s{found['seed']}")
+            + 5 * (config is not None) + 5 * (options is not None))  # fmt: skip
+
+
+def fit(label: str, parts: list[str] | str, width: int = WIDTH) -> str:
+    """``label | status`` in ``width`` columns: the label's config is shortened first,
+    then the status's last parts are left out (two stay), then the label's method and
+    environment are cut (N_L and seed stay)."""
+    parts = [parts] if isinstance(parts, str) else list(parts)
+    shortest = min(len(label), _names_only(label))
+    while len(parts) > 2 and shortest + len(" ".join(parts)) + 3 > width:
+        parts.pop()
+    status = " ".join(parts)
     room = width - len(status) - 3
     if room < 12:  # a very long status: cut it instead
         return (compact(label, 20) + " | " + status)[:width]
@@ -109,7 +183,8 @@ def fit(label: str, status: str, width: int = WIDTH) -> str:
 
 
 class PlainProgress(SweepObserver):
-    """Plain lines on ``stream``: the running runs every ``every`` seconds, each end."""
+    """Plain lines on ``stream``: a unit's start, the running runs every ``every`` seconds
+    (the first round sooner), each end; each line with the sweep's count and time left."""
 
     def __init__(
         self,
@@ -123,41 +198,75 @@ class PlainProgress(SweepObserver):
         self.stream = stream or sys.stderr
         self.every = progress_every() if every is None else every
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
+        self.began = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ssilbench-progress", daemon=True)
 
     def start(self) -> None:
+        self.began = time.time()
         self._thread.start()
 
-    def _write(self, line: str) -> None:
-        stamp = time.strftime("%H:%M:%S")
-        self.stream.write(f"{stamp} {line}"[:WIDTH] + "\n")
+    def sweep_eta(self, now: float | None = None) -> float | None:
+        """Seconds the sweep has left at its pace so far: the share of its runs done,
+        counting each running run's steps, over the time since it started (None before
+        any step; skipped runs count for nothing), and never less than its running runs'
+        own time left (parallel runs make the share grow faster than the last run ends)."""
+        now = now or time.time()
+        todo = self.total - self.counts["skipped"]
+        if todo <= 0:
+            return 0.0
+        with self.lock:
+            views = list(self.runs.values())
+        partial = sum(min(1.0, v.step / v.total) for v in views if v.total)
+        share = (self.counts["done"] + self.counts["failed"] + partial) / todo
+        if share <= 0:
+            return None
+        longest = max((eta for v in views if (eta := v.eta(now)) is not None), default=0.0)
+        return max(longest, (now - self.began) * (1 - share) / share)
+
+    def _head(self, now: float) -> str:
+        ended = self.counts["done"] + self.counts["failed"] + self.counts["skipped"]
+        return f"{time.strftime('%H:%M:%S', time.localtime(now))} " \
+               f"[{ended}/{self.total} eta {duration(self.sweep_eta(now))}] "  # fmt: skip
+
+    def _write(self, body: str, now: float | None = None) -> None:
+        head = self._head(now or time.time())
+        self.stream.write(head + body[: WIDTH - len(head)] + "\n")
         self.stream.flush()
 
-    def _tally(self) -> str:
-        ended = self.counts["done"] + self.counts["failed"] + self.counts["skipped"]
-        return f"{ended}/{self.total}"
+    def _room(self) -> int:
+        return WIDTH - len(self._head(time.time()))
 
     def __call__(self, event: str, text: str) -> None:
         if event in self.counts:
             self.counts[event] += 1
-        if event in ("done", "failed"):
-            self._write(f"{event} {self._tally()}: {text}")
+        if event in ("done", "failed", "start"):
+            self._write(f"{event}: {compact(text, self._room() - len(event) - 2)}")
 
     def round(self) -> None:
-        """One line per running run, now, and one for the runs still waiting."""
+        """One line per running run, now, one for the runs preparing data beyond a few,
+        and one for the claimed runs that have said nothing yet."""
         now = time.time()
         with self.lock:
-            views = list(self.runs.values())
-        running = [view for view in views if view.stage]
-        for view in running:
-            self._write(fit(view.label, run_status(view, now), WIDTH - 9))
-        if len(running) < len(views):
-            self._write(f"{len(views) - len(running)} more claimed, waiting for their first step")
+            views = sorted(self.runs.values(), key=lambda v: v.started)
+        preparing = [v for v in views if v.phase == "preparing data"]
+        drawn = [v for v in views if v.reported and (len(preparing) <= GROUPED
+                                                    or v.phase != "preparing data")]  # fmt: skip
+        room = self._room()
+        for view in drawn:
+            holder = self.holder_of(view.holder) if view.phase == "waiting" else ""
+            self._write(fit(view.label, status_parts(view, now, holder), room), now)
+        if len(preparing) > GROUPED:
+            self._write(f"{len(preparing)} runs preparing data", now)
+        silent = sum(not view.reported for view in views)
+        if silent:
+            self._write(f"{silent} more claimed, not heard from yet", now)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.every):
+        wait = min(self.every, FIRST_ROUND)
+        while not self._stop.wait(wait):
             self.round()
+            wait = self.every
 
     def close(self) -> None:
         self._stop.set()
@@ -214,16 +323,18 @@ class LiveProgress(SweepObserver):
             table.add_column(name, no_wrap=True, justify="right" if name != "stage" else "left")
         now = time.time()
         with self.lock:
-            views = sorted((v for v in self.runs.values() if v.stage), key=lambda v: v.started)
+            views = sorted((v for v in self.runs.values() if v.reported),
+                           key=lambda v: v.started)  # fmt: skip
             waiting = len(self.runs) - len(views)
         self.bar.update(self.task, running=len(views), waiting=waiting)
         for view in views[:MAX_ROWS]:
             share = f"{100 * view.step / view.total:.0f}%" if view.total else ""
             evaluation = (f"{_number(view.score)}@{short_count(view.eval_step)}"
                           if view.eval_step is not None else "-")  # fmt: skip
+            holder = self.holder_of(view.holder) if view.phase == "waiting" else ""
             table.add_row(
                 f"[dim]{view.label}[/]",
-                view.stage,
+                phase_words(view, holder),
                 f"{short_count(view.step)}/{short_count(view.total)} {share}",
                 f"loss {_number(view.loss)}",
                 f"eval {evaluation}",

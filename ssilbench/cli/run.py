@@ -96,7 +96,8 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
               "that are neither kept in RESULTS/timings.json nor shipped with ssilbench, and "
               "keep them there [default: estimate from those alone, at once].")  # fmt: skip
 @click.option("--log", "log_names", default=None, metavar="NAMES",
-              help="Also send each recorded run (curves included) to these loggers, "
+              help="Also send each run to these loggers (hyper-parameters when claimed, "
+              "losses and evaluations while it trains, curves when recorded), "
               "comma-separated: tensorboard, wandb (offline), mlflow (file store), or a "
               "plugin's (ssilbench_register_loggers).")  # fmt: skip
 @click.option("--log-dir", default=None, type=click.Path(file_okay=False),

@@ -1,14 +1,18 @@
 """The logger contract and the sweep's side of it.
 
 A logger is a class registered under a name (``ssilbench run --log NAME``); the sweep
-builds one instance per name with the log directory, hands it each run as the results
-store records it (:class:`LoggedRun`: its numbers, evaluations and curves) in the process
-that writes the store, and closes it at the end. Loggers never see a run's tensors and
-cannot change a result; one that raises is reported and left out, the store stays complete.
+builds one instance per name with the log directory and, in the process that writes the
+store, tells it of each run: its hyper-parameters when it is claimed (:class:`LiveRun`),
+its losses and evaluations while it trains (``run_metrics``, from the same events as the
+progress display), and the run as the results store records it (:class:`LoggedRun`: its
+numbers, evaluations and curves), then closes it at the end. Loggers never see a run's
+tensors and cannot change a result; one that raises is reported and left out, the store
+stays complete.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +37,51 @@ class Curve:
         return f"{self.stage}/{self.name}"
 
 
+def folder_name(method: str, env: str, budget: str, seed: int, run_id: str) -> str:
+    """A run's name fit for a folder: ``bc_maze-10x10_16_s0_1a2b3c4d``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", f"{method}_{env}_{budget}_s{seed}_{run_id[:8]}")
+
+
+_SPEC_FIELDS = ("method", "env", "budget", "seed", "steps", "eval_every", "stop_early",
+                "rollouts")  # fmt: skip
+
+
+def hyperparameters(spec: Any) -> dict[str, Any]:
+    """A run's spec as flat hyper-parameters: ``method``, ``env``, ``budget``, ``seed``,
+    ``steps``, ``eval_every``, ``stop_early``, ``rollouts``, then ``config.KEY`` and
+    ``options.KEY``; each value a string, number or bool (others as JSON text)."""
+    doc = spec.document() if hasattr(spec, "document") else dict(spec)
+    flat: dict[str, Any] = {name: doc[name] for name in _SPEC_FIELDS if name in doc}
+    for group in ("config", "options"):
+        flat.update({f"{group}.{k}": v for k, v in sorted((doc.get(group) or {}).items())})
+    return {k: v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+            for k, v in flat.items()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """What a logger gets of a run when the sweep claims it, before it trains."""
+
+    run_id: str
+    label: str  # "bc on maze:10x10, N_L=16, seed 0"
+    method: str
+    env: str
+    budget: str
+    seed: int
+    hparams: dict[str, Any]
+    """The run's spec as flat hyper-parameters (:func:`hyperparameters`)."""
+
+    @property
+    def short_name(self) -> str:
+        """The run's folder name, the same as its :attr:`LoggedRun.short_name`."""
+        return folder_name(self.method, self.env, self.budget, self.seed, self.run_id)
+
+    @classmethod
+    def of(cls, run_id: str, label: str, spec: Any) -> LiveRun:
+        return cls(run_id, label, spec.method, spec.env, spec.budget, spec.seed,
+                   hyperparameters(spec))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LoggedRun:
     """What a logger gets of a recorded run."""
@@ -51,12 +100,13 @@ class LoggedRun:
     timeline: list[dict[str, Any]]
     curves: list[Curve] = field(default_factory=list)
     finished_at: float | None = None
+    hparams: dict[str, Any] = field(default_factory=dict)
+    """The run's spec as flat hyper-parameters (:func:`hyperparameters`)."""
 
     @property
     def short_name(self) -> str:
         """A name fit for a folder: ``bc_maze-10x10_16_s0_1a2b3c4d``."""
-        text = f"{self.method}_{self.env}_{self.budget}_s{self.seed}_{self.run_id[:8]}"
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", text)
+        return folder_name(self.method, self.env, self.budget, self.seed, self.run_id)
 
     @classmethod
     def of(cls, record: Any) -> LoggedRun:
@@ -81,14 +131,16 @@ class LoggedRun:
                 for c in record.curves or []
             ],  # fmt: skip
             finished_at=record.finished_at,
+            hparams=hyperparameters(spec),
         )
 
 
 class RunLogger:
-    """Base of a logger. Subclasses override what they use; the sweep calls
-    ``run_started`` when it claims a run, ``run_finished`` once the store holds it (failed
-    runs are not sent) and ``close`` at the end of the sweep, all in the process that writes
-    the results store."""
+    """Base of a logger. Subclasses override what they use; the sweep calls, in the process
+    that writes the results store, ``run_started`` and ``run_hparams`` when it claims a run,
+    ``run_metrics`` while the run trains (in this process or a ``--workers`` pool; runs on
+    Ray or SLURM are seen when they finish), ``run_finished`` once the store holds it or
+    ``run_failed``, and ``close`` at the end of the sweep."""
 
     name = ""
     """The name it is registered under (set by the sweep)."""
@@ -101,8 +153,18 @@ class RunLogger:
     def run_started(self, run_id: str, label: str) -> None:
         """A run was claimed and starts training."""
 
+    def run_hparams(self, run: LiveRun) -> None:
+        """A run was claimed: its hyper-parameters, before it trains."""
+
+    def run_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
+        """Points of a training run at global ``step``: ``STAGE/loss`` (at most one a second)
+        and ``STAGE/eval/NAME`` (each evaluation), tagged as its curves are."""
+
     def run_finished(self, run: LoggedRun) -> None:
         """A run finished and is recorded in the store."""
+
+    def run_failed(self, run_id: str) -> None:
+        """A run failed (the store holds its traceback); nothing more comes of it."""
 
     def close(self) -> None:
         """The sweep ended: flush and release."""
@@ -120,6 +182,16 @@ class LoggerAdapter:
 
     def run_started(self, run_id: str, label: str) -> None:
         self.logger.run_started(run_id, label)
+
+    def run_hparams(self, run_id: str, label: str, spec: Any) -> None:
+        """``spec``: the claimed run's RunSpec."""
+        self.logger.run_hparams(LiveRun.of(run_id, label, spec))
+
+    def run_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
+        self.logger.run_metrics(run_id, step, values)
+
+    def run_failed(self, run_id: str) -> None:
+        self.logger.run_failed(run_id)
 
     def run_finished(self, record: Any) -> None:
         """``record``: a store's RunRecord (read with its curves), or a LoggedRun."""

@@ -29,6 +29,7 @@ from ssilbench.plugins import Plugins
 from ssilbench.runner.schedule import execution_units, leaders_first
 from ssilbench.runner.telemetry import (
     SweepObserver,
+    announce,
     drained,
     events_to,
     queue_sink,
@@ -158,6 +159,7 @@ def _init_worker(setup: PoolSetup, slots: Any = None, events: Any = None) -> Non
 def _work(unit: Unit) -> list[WorkerResult]:
     w = _WORKER
     plan: SweepPlan = w["plan"]
+    announce([spec.run_id for spec in unit], "preparing data")
     try:
         # Tasks, methods and opened datasets are kept for the process's later units.
         for spec in unit:
@@ -315,7 +317,8 @@ class SweepExecution:
                                 self.retry_failed):  # fmt: skip
                 mine.append(index)
                 if self.observer is not None:
-                    self.observer.run_started(spec.run_id, self.describe(index), spec.steps)
+                    self.observer.run_started(spec.run_id, self.describe(index), spec.steps,
+                                              spec)  # fmt: skip
                 self.notify("claimed", self.describe(index))
             else:
                 self.summary.elsewhere += 1
@@ -348,6 +351,7 @@ class SweepExecution:
             more = f" (+{len(mine) - 1} stacked)" if len(mine) > 1 else ""
             self.notify("start", self.describe(mine[0]) + more)
             with events_to(self.observer.run_event if self.observer is not None else None):
+                announce([self.plan.runs[i].run_id for i in mine], "preparing data")
                 outcomes = _execute(self.plan, self.plugins, [self.plan.runs[i] for i in mine],
                                     self.device, storage)  # fmt: skip
             for result in outcomes:

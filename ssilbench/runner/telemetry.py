@@ -5,10 +5,12 @@ every step's loss tensor (``train_loss``); evaluations and ``ctx.log_metric`` ad
 Two things come out of it:
 
 - **events**, at most one progress event per run every :data:`EMIT_EVERY` seconds (plus one
-  per evaluation and per stage change), sent to the process's event sink: in the sweep's own
-  process straight to the :class:`SweepObserver`, from a pool worker through a
-  multiprocessing queue the sweep drains (:func:`events_to`). Ray and SLURM workers have no
-  sink: their runs are seen when they finish.
+  per evaluation and per stage change, and one per change of phase: preparing data,
+  evaluating, labelling, waiting for a shared stage; see :data:`PHASES`), sent to the
+  process's event sink: in the sweep's own process straight to the :class:`SweepObserver`,
+  from a pool worker through a multiprocessing queue the sweep drains (:func:`events_to`).
+  Ray and SLURM workers have no sink: their runs are seen when they finish. The observer
+  hands them to the progress display and, as points, to the loggers.
 - **curves**, recorded at deterministic steps (a stride that doubles as a series grows; the
   first and last points always kept), thinned to at most :data:`MAX_POINTS` points per
   series when the run finishes, returned with its outcome and written to the store's
@@ -24,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import queue
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,6 +42,10 @@ EMIT_EVERY = 1.0
 
 Event = dict[str, Any]
 Sink = Callable[[Event], None]
+
+PHASES = ("preparing data", "training", "evaluating", "labelling", "waiting")
+"""What a run is doing: ``training`` is said by its progress events; the others by a
+``phase`` event each (:meth:`RunTelemetry.phase`), until the next progress or evaluation."""
 
 
 def thin(steps: list[int], values: list[Any], limit: int = MAX_POINTS) -> tuple[list, list]:
@@ -127,6 +135,7 @@ class RunTelemetry:
         self._next = time.monotonic() + every
         self._step = 0
         self._last_eval: Event | None = None
+        self._pid = os.getpid()  # lets the sweep tell whose lease a waiting run waits for
 
     # -- called by the training loops, every step -------------------------------------------
     def train_loss(self, stage: str, step: int, loss: Any, index: int | None = None) -> None:
@@ -164,6 +173,14 @@ class RunTelemetry:
                 self.metric(stage, "eval/" + name, step, value)
         self._last_eval = {"step": step, **numbers}
         self._send({"kind": "eval", "stage": stage, "step": step, "result": numbers})
+
+    def phase(self, name: str, detail: str = "", holder: dict[str, Any] | None = None) -> None:
+        """The run now does ``name`` (one of :data:`PHASES`; ``detail`` says on what);
+        ``holder`` (``{"host", "pid"}``): whose lease a waiting run waits for."""
+        event: Event = {"kind": "phase", "phase": name, "detail": detail, "step": self._step}
+        if holder is not None:
+            event["holder"] = holder
+        self._send(event)
 
     def metric(self, stage: str, name: str, step: int, value: Any) -> None:
         """A point of the series ``name`` of ``stage`` (``ctx.log_metric``)."""
@@ -203,6 +220,7 @@ class RunTelemetry:
             return
         event["run_id"] = self.run_id
         event["time"] = time.time()
+        event["pid"] = self._pid
         # A watcher that fails (a closed queue at shutdown) must not fail the run.
         with contextlib.suppress(Exception):
             self.sink(event)
@@ -247,6 +265,16 @@ def events_to(sink: Sink | None) -> Iterator[None]:
         yield
     finally:
         _SINK["sink"] = before
+
+
+def announce(run_ids: list[str], phase: str, detail: str = "") -> None:
+    """Tell the sweep that the runs ``run_ids`` are in ``phase`` before they have a
+    :class:`RunTelemetry` (a pool worker opening their datasets)."""
+    sink = current_sink()
+    for run_id in run_ids if sink is not None else []:
+        with contextlib.suppress(Exception):
+            sink({"kind": "phase", "phase": phase, "detail": detail, "step": 0,
+                  "run_id": run_id, "time": time.time(), "pid": os.getpid()})  # fmt: skip
 
 
 def set_sink(sink: Sink | None) -> None:
@@ -312,6 +340,15 @@ class RunView:
     """(step, time) of the first progress event of the current stage: the pace is measured
     from there, not from the claim, so that time queued for a worker, an earlier stage and
     steps restored from a checkpoint do not count as this stage's steps."""
+    phase: str = ""
+    """One of :data:`PHASES` ("" before the run's first event)."""
+    detail: str = ""
+    """What the phase is about: the stage being evaluated, the rows being labelled, whom a
+    waiting run waits for."""
+    pid: int | None = None
+    """The process that trains the run (from its events)."""
+    holder: dict[str, Any] | None = None
+    """Whose lease a waiting run waits for (``{"host", "pid"}``)."""
 
     def eta(self, now: float | None = None) -> float | None:
         """Seconds left of the current stage at its pace so far (None before it has one)."""
@@ -323,60 +360,111 @@ class RunView:
         spent = (now or time.time()) - time0
         return max(0.0, spent / (self.step - step0) * (self.total - self.step))
 
+    @property
+    def reported(self) -> bool:
+        """Whether the run has said anything yet (a phase or a step)."""
+        return bool(self.phase or self.stage)
+
+    def apply(self, event: Event) -> dict[str, float]:
+        """Take in one of the run's events; returns its numbers as ``stage/name`` points
+        (what a logger gets live), empty for a phase."""
+        self.updated = time.time()
+        self.pid = event.get("pid", self.pid)
+        kind = event["kind"]
+        if kind == "phase":
+            self.phase, self.detail = event["phase"], event.get("detail", "")
+            self.holder = event.get("holder")
+            return {}
+        self.phase, self.detail = "training", ""
+        if kind == "progress":
+            if self.origin is None or event["stage"] != self.stage:
+                self.origin = (event["step"], self.updated)
+            self.stage, self.step = event["stage"], event["step"]
+            self.total = event.get("total") or self.total
+            if event.get("loss") is not None:
+                self.loss = event["loss"]
+                return {f"{self.stage}/loss": self.loss}
+            return {}
+        self.stage = event.get("stage", self.stage)
+        self.step = max(self.step, event["step"])
+        self.eval_step = event["step"]
+        self.score = event["result"].get("score")
+        return {f"{self.stage}/eval/{name}": float(value)
+                for name, value in event["result"].items()
+                if isinstance(value, (int, float)) and math.isfinite(value)}  # fmt: skip
+
 
 class SweepObserver:
     """The sweep process's listener: the sweep's own events (``observer(event, text)``, the
     ``on_progress`` callback of :func:`ssilbench.runner.sweep.run_sweep`), runs' live events
-    (:meth:`run_event`) and their recorded results (:meth:`run_recorded`), handed to a
-    display and to loggers. Subclasses draw; this one keeps the state."""
+    (:meth:`run_event`) and their recorded results (:meth:`run_ended`), handed to a display
+    and to loggers. Subclasses draw; this one keeps the state.
+
+    Loggers hear of a run in order: ``run_started`` and ``run_hparams`` (its spec) when it
+    is claimed, ``run_metrics`` for each loss and evaluation its events carry while it
+    trains, then ``run_finished`` (recorded) or ``run_failed``; never a point after the
+    end, though a pool's events arrive on another thread."""
 
     def __init__(self, loggers: list[Any] | None = None) -> None:
         self.loggers = list(loggers or [])
         self.runs: dict[str, RunView] = {}
         self.lock = threading.Lock()
+        self._logging = threading.Lock()  # one logger call at a time, in the order above
 
     def __call__(self, event: str, text: str) -> None:
         """The sweep's events: start, claimed, done, failed, skipped."""
 
-    def run_started(self, run_id: str, label: str, total: int) -> None:
-        with self.lock:
-            self.runs[run_id] = RunView(run_id, label, total)
-        for logger in self.loggers:
-            _call(logger, "run_started", run_id, label)
+    def run_started(self, run_id: str, label: str, total: int, spec: Any = None) -> None:
+        """A run was claimed; ``spec``: its RunSpec, the loggers' hyper-parameters."""
+        with self._logging:
+            with self.lock:
+                self.runs[run_id] = RunView(run_id, label, total)
+            for logger in self.loggers:
+                _call(logger, "run_started", run_id, label)
+                if spec is not None:
+                    _call(logger, "run_hparams", run_id, label, spec)
 
     def run_event(self, event: Event) -> None:
         """A live event of a run (from this process or a pool worker)."""
-        with self.lock:
-            view = self.runs.get(event.get("run_id", ""))
-            if view is None:
-                return
-            view.updated = time.time()
-            if event["kind"] == "progress":
-                if view.origin is None or event["stage"] != view.stage:
-                    view.origin = (event["step"], view.updated)
-                view.stage, view.step = event["stage"], event["step"]
-                view.total = event.get("total") or view.total
-                if event.get("loss") is not None:
-                    view.loss = event["loss"]
-            elif event["kind"] == "eval":
-                view.stage = event.get("stage", view.stage)
-                view.step = max(view.step, event["step"])
-                view.eval_step = event["step"]
-                view.score = event["result"].get("score")
+        with self._logging:
+            with self.lock:
+                view = self.runs.get(event.get("run_id", ""))
+                if view is None:
+                    return
+                points = view.apply(event)
+            if points:
+                for logger in self.loggers:
+                    _call(logger, "run_metrics", view.run_id, view.step, points)
+
+    def holder_of(self, holder: dict[str, Any] | None) -> str:
+        """The run that holds a lease (``{"host", "pid"}``): its label when it is one of
+        this sweep's runs on this host, else ``host pid N``."""
+        if not holder:
+            return "another process"
+        if holder.get("host") == socket.gethostname():
+            with self.lock:
+                for view in self.runs.values():
+                    if view.pid == holder.get("pid") and view.phase != "waiting":
+                        return view.label
+        return f"{holder.get('host') or '?'} pid {holder.get('pid', '?')}"
 
     def run_ended(self, run_id: str, record: Any) -> None:
         """A run was recorded: ``record`` is its RunRecord as the store now holds it, curves
         included (None when it failed). The loggers get a finished run; the run leaves the
         display."""
-        if record is not None:
+        with self._logging:
+            with self.lock:
+                self.runs.pop(run_id, None)
             for logger in self.loggers:
-                _call(logger, "run_finished", record)
-        with self.lock:
-            self.runs.pop(run_id, None)
+                if record is not None:
+                    _call(logger, "run_finished", record)
+                else:
+                    _call(logger, "run_failed", run_id)
 
     def close(self) -> None:
-        for logger in self.loggers:
-            _call(logger, "close")
+        with self._logging:
+            for logger in self.loggers:
+                _call(logger, "close")
 
 
 def _call(logger: Any, name: str, *args: Any) -> None:

@@ -189,14 +189,16 @@ def set_up_run(
     ``overlap_eval``: evaluate in a background thread while training goes on (None: on CUDA
     devices, where it hides the rollouts' CPU time)."""
     seed_everything(spec.seed)
+    telemetry = RunTelemetry(spec.run_id, spec.steps, current_sink())
+    telemetry.phase("preparing data")
     inputs = RunInputs.declare(method, task, task.dataset, spec.budget, spec.seed, spec.steps)
     check_stages(inputs.stages, spec.steps, spec.method)
     timeline: list[dict[str, Any]] = []
     evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
-    telemetry = RunTelemetry(spec.run_id, spec.steps, current_sink())
     stage_at: dict[int, str] = {}  # the stage open when an evaluation was asked for
 
     def record(policy, step: int) -> float:
+        telemetry.phase("evaluating", stage_at.get(step, telemetry.stage))
         result = evaluator(policy)
         entry = {
             "step": step,
@@ -231,6 +233,8 @@ def set_up_run(
         scope=stage_scope(spec, task),
         telemetry=telemetry,
     )
+    if plan.cache is not None:  # labelling and waiting for a shared stage are said as phases
+        plan.cache.on_phase = telemetry.phase
     if overlapped is not None and plan.checkpoints is not None:
         plan.checkpoints.before_save = overlapped.wait  # a checkpoint holds every evaluation
     stopping = stopping_rule(spec.stop_early)

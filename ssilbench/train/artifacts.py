@@ -58,9 +58,10 @@ def cached_rows(
     path = artifact_path(cache, key)
     array = _load(path)  # the common case (kept by an earlier run) takes no lease
     if array is None:
-        with cache.lease(key):
+        with cache.lease(key, on_wait=cache.waiting(f"{len(inputs):,} rows")):
             array = _load(path)  # another process may have written it while we waited
             if array is None:
+                cache.say("labelling", f"{len(inputs):,} rows")
                 _write(path, _blocks(inputs, compute))
                 cache.describe(key, {"stage": f"{trainer} of {len(inputs)} rows",
                                      "saved": time.time()})  # fmt: skip

@@ -315,13 +315,21 @@ def older_than(path: Path, seconds: float) -> bool:
         return False
 
 
-def acquire(path: Path, key: str, *, wait: bool = True, log: Log | None = None) -> Lease | None:
+def acquire(
+    path: Path,
+    key: str,
+    *,
+    wait: bool = True,
+    log: Log | None = None,
+    on_wait: Callable[[LeaseInfo], None] | None = None,
+) -> Lease | None:
     """The lease on ``key`` (its file at ``path``); call :meth:`Lease.release` when done
     (or use it in a ``with`` block, or use :meth:`StageCache.lease`).
 
     When another live process (or thread) holds it: with ``wait`` poll every
     ``LEASE_POLL_S`` seconds (jittered, so that waiters do not poll in step) until it
-    is released or found stale, logging once whom it waits for; without ``wait``
+    is released or found stale, logging once whom it waits for (and telling ``on_wait``
+    the holder's lease); without ``wait``
     return None at once. A stale lease (its holder's process is gone, or its heartbeat
     is older than ``LEASE_STALE_S``) is taken over. ``log`` receives the messages
     (standard error by default, so that a waiting worker does not look hung).
@@ -351,6 +359,8 @@ def acquire(path: Path, key: str, *, wait: bool = True, log: Log | None = None) 
             since = time.time() - (holder.started or holder.heartbeat)
             log(f"stage {key[:12]} is being trained by {holder.holder} (for {since:.0f} s); "
                 "waiting for it")  # fmt: skip
+            if on_wait is not None:
+                on_wait(holder)
             told = True
         time.sleep(LEASE_POLL_S * random.uniform(0.5, 1.5))
 

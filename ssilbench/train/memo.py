@@ -112,6 +112,18 @@ class StageCache:
     def __init__(self, root: str | os.PathLike, code: dict[str, str] | None = None) -> None:
         self.root = Path(root)
         self.code = dict(code or {})
+        self.on_phase: Callable[..., None] | None = None
+        """Told what the run using this cache does meanwhile (``on_phase(name, detail,
+        holder)``): labelling rows, waiting for a stage another process trains."""
+
+    def say(self, phase: str, detail: str = "", holder: dict[str, Any] | None = None) -> None:
+        """Pass a phase to :attr:`on_phase`, if anyone listens."""
+        if self.on_phase is not None:
+            self.on_phase(phase, detail, holder)
+
+    def waiting(self, what: str) -> Callable[[LeaseInfo], None]:
+        """What :meth:`lease` calls when it starts waiting for another holder of ``what``."""
+        return lambda info: self.say("waiting", what, {"host": info.host, "pid": info.pid})
 
     def key(
         self,
@@ -268,7 +280,7 @@ class StageCache:
         docstring)."""
         if self.restore(key, net, budget):  # the common case needs no lease
             return True
-        with self.lease(key, log=log):
+        with self.lease(key, log=log, on_wait=self.waiting(budget.stage.name)):
             if self.restore(key, net, budget):
                 return True
             train()
@@ -278,17 +290,31 @@ class StageCache:
     def _lease_path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}{lease_files.LEASE_SUFFIX}"
 
-    def acquire(self, key: str, *, wait: bool = True, log: Log | None = None) -> Lease | None:
+    def acquire(
+        self,
+        key: str,
+        *,
+        wait: bool = True,
+        log: Log | None = None,
+        on_wait: Callable[[LeaseInfo], None] | None = None,
+    ) -> Lease | None:
         """The lease on ``key``; call :meth:`Lease.release` when done (or use it in a
         ``with`` block, or use :meth:`lease`). See :func:`ssilbench.train.leases.acquire`."""
-        return lease_files.acquire(self._lease_path(key), key, wait=wait, log=log)
+        return lease_files.acquire(self._lease_path(key), key, wait=wait, log=log,
+                                   on_wait=on_wait)  # fmt: skip
 
     @contextmanager
-    def lease(self, key: str, wait: bool = True, log: Log | None = None) -> Iterator[Lease | None]:
+    def lease(
+        self,
+        key: str,
+        wait: bool = True,
+        log: Log | None = None,
+        on_wait: Callable[[LeaseInfo], None] | None = None,
+    ) -> Iterator[Lease | None]:
         """:meth:`acquire` as a context manager: yields the lease (None only without
         ``wait``, while another holds it) and releases it at the end of the block, also
         when the block raises, so that a waiter then trains the stage instead."""
-        held = self.acquire(key, wait=wait, log=log)
+        held = self.acquire(key, wait=wait, log=log, on_wait=on_wait)
         try:
             yield held
         finally:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,14 +18,21 @@ import torch
 from click.testing import CliRunner
 
 from ssilbench.cli import cli
-from ssilbench.cli.progress import PlainProgress, fit, run_status
+from ssilbench.cli.progress import WIDTH, PlainProgress, fit, run_status
 from ssilbench.errors import PluginError, UnknownNameError
-from ssilbench.loggers.base import LoggedRun, make_loggers
+from ssilbench.loggers.base import (
+    Curve,
+    LiveRun,
+    LoggedRun,
+    LoggerAdapter,
+    RunLogger,
+    make_loggers,
+)
 from ssilbench.loggers.tensorboard import TensorBoardLogger, read_events
 from ssilbench.planning.plan import build_plan
 from ssilbench.runner.sweep import run_sweep
 from ssilbench.runner.telemetry import RunView, SweepObserver
-from ssilbench.runs.spec import Sweep
+from ssilbench.runs.spec import RunSpec, Sweep
 from ssilbench.runs.store import ResultsStore
 
 CPU = torch.device("cpu")
@@ -85,8 +97,13 @@ def test_a_sweep_records_curves_and_log_metric_without_changing_results(plugins,
         # idm_labeling logs how sure its IDM is of D_U's labels (ctx.log_metric).
         [confidence] = series[("idm", "label_confidence")]["values"]
         assert 0 < confidence <= 1
-    kinds = {(e["kind"], e["stage"]) for e in watched.events}
+    kinds = {(e["kind"], e.get("stage", e.get("phase"))) for e in watched.events}
     assert {("progress", "idm"), ("progress", "policy"), ("eval", "policy")} <= kinds
+    # Each run says what it does between its steps: its data first, then each evaluation.
+    for run_id in runs:
+        phases = [e["phase"] for e in watched.events if e["run_id"] == run_id
+                  and e["kind"] == "phase"]  # fmt: skip
+        assert phases[0] == "preparing data" and "evaluating" in phases, phases
     assert {r.run_id for r in watched.ended} == set(runs)
     assert all(r.curves for r in watched.ended)
 
@@ -102,25 +119,84 @@ def test_events_come_back_from_pool_workers(plugins, data, tmp_path):
     assert all(r.curves for r in runs.values())
 
 
-def test_plain_lines_fit_80_columns():
+LONG = ("idm_labeling (arch=impala, idm_batch_size=full, labels=hard) on procgen:bigfish, "
+        "N_L=0.25, seed 7")  # fmt: skip
+
+
+def test_plain_lines_name_every_run_with_the_sweep_eta_and_shorten_the_config_first(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.cli.progress.time.time", lambda: clock[0])
     out = io.StringIO()
-    progress = PlainProgress(3, out, every=3600)
-    progress.run_started("r1", "idm_labeling (arch=impala) on procgen:bigfish, N_L=0.25, seed 7",
-                         25_000_000)  # fmt: skip
+    progress = PlainProgress(4, out, every=3600)  # rounds drawn below, not by its thread
+    progress.run_started("r1", LONG, 25_000_000)
+    progress.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
+    progress("start", LONG)  # a unit starts: said at once
+    progress.round()
+    clock[0] += 100
     progress.run_event({"run_id": "r1", "kind": "progress", "stage": "policy",
-                        "step": 1_200_000, "total": 25_000_000, "loss": 0.23125})  # fmt: skip
+                        "step": 5_000_000, "total": 25_000_000, "loss": 0.23125})  # fmt: skip
     progress.run_event({"run_id": "r1", "kind": "eval", "stage": "policy", "step": 1_000_000,
                         "result": {"score": 0.8125}})  # fmt: skip
+    progress("done", "bc on maze:10x10, N_L=16, seed 0")
     progress.round()
-    progress("done", "bc on maze:10x10, N_L=16, seed 0 " + "x" * 80)
+    progress.run_event({"run_id": "r1", "kind": "phase", "phase": "evaluating",
+                        "detail": "policy"})  # fmt: skip
+    progress.round()
+    progress.run_ended("r1", None)  # as the sweep does: recorded, then said
+    progress("done", LONG)
+    progress.close()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and all(len(line) <= 80 for line in lines)
-    assert "policy 1.2M/25M loss 0.231 eval 0.812@1M eta " in lines[0]
-    assert lines[0].split(" ", 1)[1].startswith("idm_lab")
-    assert " N=0.25 s7 | policy" in lines[0]
-    assert "done 1/3: bc on maze" in lines[1]
-    assert fit("x" * 100, "y" * 10, 40) == "x" * 24 + "... | " + "y" * 10
-    assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc maze:10x10 N=16 s0 | s"
+    assert all(len(line) <= WIDTH for line in lines), lines
+    # The sweep's runs ended and its time left: nothing known, then 1.2 of 4 runs in 100 s,
+    # then 2 of 4.
+    assert [line[9:24] for line in lines] == ["[0/4 eta ?] sta", "[0/4 eta ?] idm"] + [
+        "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[2/4 eta 1:40] "]  # fmt: skip
+    assert lines[0].endswith("] start: idm_labeling (arch=impala, idm_batch_size=f..) "
+                             "procgen:bigfish N=0.25 s7")  # fmt: skip
+    # Method, env, N_L and seed in every line; the config shortened first.
+    assert lines[1].endswith("] idm_labeling (arch=impala, idm_ba..) procgen:bigfish N=0.25 s7 | "
+                             "preparing data")  # fmt: skip
+    assert lines[2].endswith("] done: bc on maze:10x10, N_L=16, seed 0")
+    # No room for the loss and evaluation beside this label: they are left out.
+    assert lines[3].endswith("] idm_labeling (arch=imp..) procgen:bigfish N=0.25 s7 | "
+                             "training policy 5M/25M")  # fmt: skip
+    assert lines[4].endswith(" N=0.25 s7 | evaluating policy 5M/25M")
+    assert lines[5].endswith("] done: idm_labeling (arch=impala, idm_batch_size..) "
+                             "procgen:bigfish N=0.25 s7")  # fmt: skip
+    assert fit("x" * 100, ["y" * 10], 40) == "x" * 25 + ".. | " + "y" * 10
+    assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc on maze:10x10, N_L=16, seed 0 | s"
+    # Less and less room: the config is shortened first (80), then the last parts go (70:
+    # the loss, then the evaluation), then method and env are cut (40).
+    parts = ["training policy", "1k/3k", "eta 0:09", "eval 0.188@1.5k", "loss 0.126"]
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 80) == (
+        "bc (arch=..) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09 eval 0.188@1.5k"
+    )
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 70) == (
+        "bc (arch=mlp5) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09"
+    )
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 40) == (
+        "bc maz.. N=16 s0 | training policy 1k/3k"
+    )
+
+
+def test_phases_in_words(monkeypatch):
+    observer = SweepObserver()
+    for i in range(2):
+        observer.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 1000)
+    observer.run_event({"run_id": "r0", "kind": "progress", "stage": "idm", "step": 10,
+                        "total": 1000, "pid": 4242})  # fmt: skip
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "waiting", "detail": "idm",
+                        "holder": {"host": socket.gethostname(), "pid": 4242}})  # fmt: skip
+    view = observer.runs["r1"]
+    assert run_status(view, holder=observer.holder_of(view.holder)) == (
+        "waiting for shared idm (held by bc on maze:10x10, N_L=16, seed 0) 0/1k"
+    )
+    assert observer.holder_of({"host": "elsewhere", "pid": 7}) == "elsewhere pid 7"
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "labelling",
+                        "detail": "40,000 rows"})  # fmt: skip
+    assert run_status(view) == "labelling 40,000 rows 0/1k"
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
+    assert run_status(view) == "preparing data"
 
 
 def _claimed(progress: SweepObserver, n: int) -> None:
@@ -138,8 +214,8 @@ def test_plain_progress_counts_runs_without_a_step_as_waiting_instead_of_drawing
     progress.round()
     lines = out.getvalue().splitlines()
     assert len(lines) == 2, lines
-    assert "N=16 s0 | policy 12k/200k loss 0.25" in lines[0]
-    assert lines[1].endswith(" 69 more claimed, waiting for their first step")
+    assert "bc on maze:10x10, N_L=16, seed 0 | training policy 12k/200k loss 0.25" in lines[0]
+    assert lines[1].endswith(" 69 more claimed, not heard from yet")
     progress.round()  # a round with every run training has no waiting line
     out.truncate(0)
     for i in range(1, 70):
@@ -167,7 +243,7 @@ def test_the_live_display_draws_training_runs_and_counts_the_waiting_ones():
 
 def test_run_status_estimates_the_time_left():
     view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
-    assert run_status(view, now=100.0) == "idm 250/1k eta 5:00"
+    assert run_status(view, now=100.0) == "training idm 250/1k eta 5:00"
 
 
 def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
@@ -196,19 +272,22 @@ def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
 
 
 def test_run_prints_plain_progress_in_a_log(cli, monkeypatch):
-    """`run` with stderr not a terminal (a log, SLURM): periodic lines naming the stage,
-    step and loss of the running run, every line within 80 columns."""
+    """`run` with stderr not a terminal (a log, SLURM): a line at once when the run starts,
+    then periodic lines naming the run, its phase, step and loss, each with the sweep's
+    count and time left, every line within WIDTH columns."""
     monkeypatch.setenv("SSILBENCH_PROGRESS_EVERY", "0.05")
     result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16",
                      "--steps", "3000", "--no-rollouts", "--threads", "1")  # fmt: skip
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
-    running = [line for line in lines if "| policy " in line and " loss " in line]
-    assert running, result.stderr
     # Every progress line (a time stamp first) fits; the summary after them names the folder.
     progress = [line for line in lines if line[:2].isdigit() and line[2] == ":"]
-    assert len(progress) > len(running) and all(len(line) <= 80 for line in progress)
-    assert any(line.endswith("done 1/1: bc on maze:10x10, N_L=16, seed 0") for line in lines)
+    assert progress[0].endswith("[0/1 eta ?] start: bc on maze:10x10, N_L=16, seed 0")
+    running = [line for line in progress if " s0 | training policy " in line
+               or "seed 0 | training policy " in line]  # fmt: skip
+    assert running and all(" loss " in line or " eval " in line for line in running), lines
+    assert all(len(line) <= WIDTH and " [0/1 eta " in line for line in progress[:-1])
+    assert progress[-1].endswith("[1/1 eta 0:00] done: bc on maze:10x10, N_L=16, seed 0")
 
 
 def test_a_bad_progress_interval_is_refused(cli, monkeypatch):
@@ -334,8 +413,152 @@ def test_a_third_party_logger_and_tensorboard_from_run(cli):
     doc = json.loads(written.read_text())
     assert doc["label"] == "bc on maze:10x10, N_L=16, seed 0"
     assert "policy/loss" in doc["tags"] and "policy/eval/score" in doc["tags"]
+    # The live file was replaced by the complete one: the curves, the hyper-parameters and
+    # the session's end.
     [events] = (logs / "tensorboard").glob("*/events.out.tfevents.*")
-    assert any("policy/loss" in e.get("scalars", {}) for e in read_events(events))
+    assert not events.name.endswith(".live")
+    read = read_events(events)
+    assert any("policy/loss" in e.get("scalars", {}) for e in read)
+    [hparams] = [e["hparams"] for e in read if "hparams" in e]
+    assert hparams["method"] == "bc" and hparams["steps"] == 60
+    assert read[-1]["session_end"] == 1
+
+
+def _live_losses(logs: Path) -> tuple[Path | None, list[dict]]:
+    """The live TensorBoard event file under ``logs`` and its events (none yet: None)."""
+    found = list((logs / "tensorboard").glob("*/events.out.tfevents.*.live"))
+    return (found[0], read_events(found[0])) if found else (None, [])
+
+
+def test_tensorboard_holds_a_killed_run_s_first_losses_and_its_hyperparameters(cli):
+    """A run killed while it trains: its live event file holds its hyper-parameters and
+    the losses logged so far (TensorBoard shows it while it trains)."""
+    logs = cli.tmp / "logs"
+    args = [sys.executable, "-m", "ssilbench", "run", "--method", "bc", "--env", "maze:10x10",
+            "--budgets", "16", "--steps", "1000000", "--no-rollouts", "--threads", "1", "-q",
+            "--results", str(cli.results), "--data-root", str(cli.data), "--log", "tensorboard",
+            "--log-dir", str(logs)]  # fmt: skip
+    run = subprocess.Popen(args, env=cli.env(), cwd=cli.tmp, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        losses: list[tuple[int, float]] = []
+        while len(losses) < 2 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+            path, events = _live_losses(logs)
+            losses = [(e["step"], e["scalars"]["policy/loss"]) for e in events
+                      if "policy/loss" in e.get("scalars", {})]  # fmt: skip
+    finally:
+        run.kill()
+        _, stderr = run.communicate(timeout=30)
+    assert len(losses) >= 2, stderr
+    path, events = _live_losses(logs)  # read again after the kill: nothing was lost
+    assert path is not None and path.parent.name.startswith("bc_maze-10x10_16_s0_")
+    [hparams] = [e["hparams"] for e in events if "hparams" in e]
+    assert {k: hparams[k] for k in ("method", "env", "budget", "seed", "steps", "rollouts")} == {
+        "method": "bc", "env": "maze:10x10", "budget": "16", "seed": 0, "steps": 1_000_000,
+        "rollouts": False}  # fmt: skip
+    assert "config.arch" in hparams and "options.state" in hparams
+    after = [(e["step"], e["scalars"]["policy/loss"]) for e in events
+             if "policy/loss" in e.get("scalars", {})]  # fmt: skip
+    assert after[: len(losses)] == losses and after[0][0] == 1
+    assert [step for step, _ in after] == sorted({step for step, _ in after})
+    assert all(math.isfinite(loss) and loss > 0 for _, loss in after)
+    assert ("running",) in [row[1:2] for row in cli.rows()]  # never recorded
+
+
+class Calls(RunLogger):
+    """Keeps what a logger is told, in order."""
+
+    def __init__(self, log_dir: Path) -> None:
+        super().__init__(log_dir)
+        self.calls: list[tuple] = []
+
+    def run_hparams(self, run: LiveRun) -> None:
+        self.calls.append(("hparams", run.run_id, run.short_name, run.hparams))
+
+    def run_metrics(self, run_id: str, step: int, values: dict[str, float]) -> None:
+        self.calls.append(("metrics", run_id, step, values))
+
+    def run_failed(self, run_id: str) -> None:
+        self.calls.append(("failed", run_id))
+
+
+def test_loggers_get_hyperparameters_then_live_points_and_nothing_after_the_end(tmp_path):
+    calls = Calls(tmp_path)
+    observer = SweepObserver([LoggerAdapter(calls)])
+    spec = RunSpec(method="bc", config={"arch": "mlp5", "sizes": [8, 8]}, env="maze:10x10",
+                   options={"state": "position"}, budget="16", seed=3, steps=500,
+                   eval_every=100)  # fmt: skip
+    observer.run_started(spec.run_id, "bc on maze:10x10, N_L=16, seed 3", 500, spec)
+    for event in ({"kind": "phase", "phase": "preparing data"},
+                  {"kind": "progress", "stage": "policy", "step": 1, "total": 500, "loss": 2.5},
+                  {"kind": "progress", "stage": "policy", "step": 90, "total": 500},
+                  {"kind": "phase", "phase": "evaluating", "detail": "policy"},
+                  {"kind": "eval", "stage": "policy", "step": 100,
+                   "result": {"score": 0.25, "return": None, "test_accuracy": 0.5}}):  # fmt: skip
+        observer.run_event({"run_id": spec.run_id, **event})
+    observer.run_ended(spec.run_id, None)
+    observer.run_event({"run_id": spec.run_id, "kind": "progress", "stage": "policy",
+                        "step": 200, "total": 500, "loss": 1.0})  # fmt: skip
+    assert calls.calls == [
+        ("hparams", spec.run_id, f"bc_maze-10x10_16_s3_{spec.run_id[:8]}",
+         {"method": "bc", "env": "maze:10x10", "budget": "16", "seed": 3, "steps": 500,
+          "eval_every": 100, "stop_early": False, "rollouts": True, "config.arch": "mlp5",
+          "config.sizes": "[8, 8]", "options.state": "position"}),
+        ("metrics", spec.run_id, 1, {"policy/loss": 2.5}),
+        ("metrics", spec.run_id, 100, {"policy/eval/score": 0.25,
+                                       "policy/eval/test_accuracy": 0.5}),
+        ("failed", spec.run_id),
+    ]  # fmt: skip
+
+
+def test_wandb_runs_live_with_their_config(tmp_path, monkeypatch):
+    """The W&B logger's calls, on a stand-in for the wandb package (not installed here):
+    a run opened at its claim with its hyper-parameters, points with increasing steps, the
+    points after the last live one and the final numbers when recorded."""
+    import types
+
+    opened: list[dict] = []
+
+    class Handle:
+        def __init__(self, **kw) -> None:
+            self.kw, self.logged, self.summary, self.exit = kw, [], {}, None
+            opened.append(self.__dict__)
+
+        def log(self, values, step):
+            self.logged.append((step, values))
+
+        def finish(self, exit_code=0):
+            self.exit = exit_code
+
+    fake = types.SimpleNamespace(init=lambda **kw: Handle(**kw), __version__="0.21.0")
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    from ssilbench.loggers.external import WandbLogger
+
+    logger = WandbLogger(tmp_path)
+    live = LiveRun("r" * 40, "bc on maze:10x10, N_L=16, seed 0", "bc", "maze:10x10", "16", 0,
+                   {"method": "bc", "config.lr": 0.1})  # fmt: skip
+    logger.run_hparams(live)
+    logger.run_metrics(live.run_id, 10, {"policy/loss": 1.0})
+    logger.run_metrics(live.run_id, 5, {"policy/eval/score": 0.5})  # late: W&B would drop it
+    run = LoggedRun(live.run_id, live.label, "bc", "maze:10x10", "16", 0, {}, {}, 0.75, 0.75,
+                    {"test_accuracy": 0.5}, [], [Curve("policy", "loss", [1, 10, 20],
+                                                       [2.0, 1.0, 0.5])])  # fmt: skip
+    logger.run_finished(run)
+    [handle] = opened
+    assert handle["kw"]["config"] == live.hparams and handle["kw"]["reinit"] == "create_new"
+    assert handle["logged"] == [(10, {"policy/loss": 1.0}), (20, {"policy/loss": 0.5})]
+    assert handle["summary"] == {"final/test_accuracy": 0.5, "final/score": 0.75}
+    assert handle["exit"] == 0
+    # A wandb that keeps one run open at a time gets each run whole when it is recorded.
+    opened.clear()
+    fake.__version__ = "0.18.7"
+    older = WandbLogger(tmp_path)
+    older.run_hparams(live)
+    assert opened == []
+    older.run_finished(run)
+    [handle] = opened
+    assert handle["kw"]["reinit"] is True and [s for s, _ in handle["logged"]] == [1, 10, 20]
 
 
 def test_an_unknown_logger_is_refused_before_any_run(cli):

@@ -567,3 +567,25 @@ def test_gc_spares_an_entry_whose_lease_is_held(tmp_path, fast_leases):
     with cache.lease(entry.key):  # being rewritten, or read under its lease, right now
         assert cache.gc(0) == []
     assert [e.key for e in cache.gc(0)] == [entry.key]
+
+
+def test_a_run_says_whom_it_waits_for_and_what_it_labels(tmp_path, fast_leases):
+    """What the progress display shows between a run's steps: waiting for a stage another
+    process trains (with that holder), and labelling rows (only when they are computed)."""
+    from ssilbench.train.supervised import label_rows
+
+    cache, said = StageCache(tmp_path), []
+    cache.on_phase = lambda *phase: said.append(phase)
+    budget, net = plain_stage(cache), fresh_net()
+    key = cache.key("fit", net, [], {"steps": STEPS}, torch.device("cpu"))
+    path = foreign_lease(cache, key)
+    threading.Timer(0.3, path.unlink).start()  # the holder gives up; this run trains it
+    assert cache.once(key, net, budget, ticking(budget, net, 0.5)) is False
+    assert said == [("waiting", "fit", {"host": "elsewhere", "pid": 4242})]
+
+    said.clear()
+    rows = torch.randn(10, 3)
+    first = label_rows(cache, net, rows, torch.device("cpu"))
+    assert said == [("labelling", "10 rows", None)]
+    again = label_rows(cache, net, rows, torch.device("cpu"))  # read from the cache: silent
+    assert len(said) == 1 and torch.equal(first[0:10], again[0:10])
