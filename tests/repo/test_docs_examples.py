@@ -51,8 +51,12 @@ from ssilbench.testing import cli_exit_code
 from .docs_walkthroughs import walkthrough_installed
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "docs" / "guide.md", ROOT / "docs" / "plugin-authors.md", ROOT / "README.md",
-        ROOT / "docs" / "howto.md"]
+DOCS = [
+    ROOT / "docs" / "guide.md",
+    ROOT / "docs" / "plugin-authors.md",
+    ROOT / "README.md",
+    ROOT / "docs" / "howto.md",
+]
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.
 REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins",
