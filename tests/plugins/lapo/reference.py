@@ -250,12 +250,6 @@ def reference_decoder(ref, out: int) -> nn.Sequential:
 # ---------------------------------------------------------------------------- data and models
 
 
-def random_frames(n: int, seed: int = 0) -> torch.Tensor:
-    """(n, 3, 64, 64) uint8 noise frames."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, (n, *OBS), generator=g, dtype=torch.uint8)
-
-
 def varied_frames(n: int, seed: int = 0) -> torch.Tensor:
     """(n, 3, 64, 64) uint8 frames that differ as wholes: each a random colour under noise of
     a random strength (so that even an untrained network's outputs spread across them)."""
@@ -264,11 +258,6 @@ def varied_frames(n: int, seed: int = 0) -> torch.Tensor:
     strength = torch.rand(n, 1, 1, 1, generator=g)
     noise = torch.rand(n, *OBS, generator=g) * 255
     return (colour + strength * (noise - colour)).round().to(torch.uint8)
-
-
-def batch(size: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    frames = random_frames(size + 1, seed)
-    return frames[:-1], frames[1:]
 
 
 def centred(frames: torch.Tensor) -> torch.Tensor:
@@ -342,14 +331,6 @@ def moving_square(n: int, seed: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------- measures
-
-
-def update_gaps(actual: dict, expected: dict, initial: dict, keys) -> dict[str, float]:
-    """Per tensor, ||actual - expected|| / ||expected - initial||: how far apart two trained
-    sets of weights are, against how far training moved the expected one."""
-    return {k: float((actual[k] - expected[k]).double().norm()
-                     / (expected[k] - initial[k]).double().norm().clamp_min(1e-30))
-            for k in sorted(keys)}  # fmt: skip
 
 
 def overall_gap(actual: dict, expected: dict, initial: dict, keys) -> float:
