@@ -2,9 +2,13 @@
 (samples/s) of one optimiser step at batch 128 on 64x64x3 frames, paper model size.
 
 The reference is LAPO (Schmidt & Jiang 2024, https://github.com/schmidtdominik/LAPO), which
-the paper's Procgen code builds on. Its code is never copied here: point the environment
-variable at a checkout (the repository root or its ``lapo/`` folder) and it is imported from
-there at run time, e.g.
+the paper's Procgen code builds on, or the paper's fork of it
+(https://github.com/sachaMorin/lapo-plus), both as published: the fork names its stages'
+config keys ``lapo_stage1`` / ``lapo_stage2`` where LAPO has ``stage1`` / ``stage2``, and
+both ``paths.py`` assert an ``expert_data/`` folder in the working directory (the reference is
+imported from a scratch folder holding an empty one and its ``config.yaml``). Its code is
+never copied here: point the environment variable at a checkout (the repository root or its
+``lapo/`` folder) and it is imported from there at run time, e.g.
 
     SSILBENCH_LAPO_REFERENCE=/work/ref-lapo SSILBENCH_LAPO_REFERENCE_THREADS=1 \
     PYTHONPATH=/path/to/site-packages-with-tensordict-funcy-omegaconf-doy \
@@ -17,8 +21,10 @@ float32 in channels-last, LAPO's default ``memory_format``; the baselines' stage
 
 Without the variable every case is skipped (CI has no reference). The reference imports
 ``tensordict``, ``funcy``, ``omegaconf`` and ``doy`` (needed: the case is skipped with their
-names when they are missing) and, at module level only, ``wandb``, ``procgen`` and ``gym``
-(replaced by empty stand-ins here when they are not installed; nothing of them is used).
+names when they are missing, and with the missing module's name when any import of the
+reference fails, e.g. ``tensordict`` installed without its own dependency ``pyvers``) and, at
+module level only, ``wandb``, ``procgen`` and ``gym`` (replaced by empty stand-ins here when
+they are not installed; nothing of them is used).
 
 What one step is, on each side (each side's data path included: ssilbench gathers its batch
 from uint8 frames on the device; the reference draws it from its own ``DataStager`` iterator):
@@ -32,9 +38,10 @@ world_model            ``optimise`` on ``WorldModel.loss``       ``stage1_idm.tr
 lapo latent_policy     ``fit_on_frames``, MSE to precomputed     ``stage2_bc`` loop: IDM labels the
                        latents                                   batch, policy MSE to them
 lapo decoder           ``fit_classifier`` on precomputed         frozen policy forward on the
-                       latents of the frozen latent policy       batch, then the (128, 128) decoder
+                       latents of the frozen latent policy       batch, then the (192, 128, 64)
+                                                                 decoder
 lapo_plus idm_decoder  ``fit_classifier`` on precomputed         frozen IDM forward on the batch,
-                       latents of the frozen latent IDM          then the (128, 128) decoder
+                       latents of the frozen latent IDM          then the (192, 128, 64) decoder
 lapo_plus policy       ``fit_on_frames``, soft CE to             frozen IDM + decoder label the
                        precomputed labels                        batch, policy soft CE
 bc                     ``fit_classifier`` on float frames        ``Policy`` (IMPALA x4), CE
@@ -62,8 +69,10 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -116,14 +125,19 @@ pytestmark = pytest.mark.slow
 
 
 @contextlib.contextmanager
-def _cwd(path: Path) -> Iterator[None]:
-    # the reference reads config.yaml and checks expert_data/ relative to the working directory
+def _scratch_cwd(lapo: Path) -> Iterator[None]:
+    """A scratch working directory holding the reference's ``config.yaml`` and an empty
+    ``expert_data/``: the reference reads the one and its ``paths.py`` asserts the other
+    relative to the working directory; nothing is written into the checkout."""
     before = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
+    with tempfile.TemporaryDirectory(prefix="lapo-reference-") as scratch:
+        shutil.copy(lapo / "config.yaml", scratch)
+        (Path(scratch) / "expert_data").mkdir()
+        os.chdir(scratch)
+        try:
+            yield
+        finally:
+            os.chdir(before)
 
 
 def _stub(name: str) -> types.ModuleType:
@@ -154,9 +168,13 @@ def _import_reference(root: Path) -> types.SimpleNamespace:
         sys.modules[name] = _stub(name)
     sys.path.insert(0, str(lapo))
     try:
-        with _cwd(lapo), contextlib.redirect_stdout(sys.stderr):
+        with _scratch_cwd(lapo), contextlib.redirect_stdout(sys.stderr):
             modules = {name: importlib.import_module(name) for name in REFERENCE_MODULES}
             cfg = modules["config"].get(use_cli_args=False, override_args=["exp_name=bench"])
+    except ImportError as exc:
+        # e.g. tensordict installed, its own dependency pyvers not
+        pytest.skip(f"importing the LAPO reference from {lapo} failed: {exc} (pip install "
+                    f"{exc.name or 'the missing package'}, or put it on PYTHONPATH)")  # fmt: skip
     finally:
         sys.path.remove(str(lapo))
         for name in (*REFERENCE_MODULES, *stubs):
@@ -172,8 +190,9 @@ def _import_reference(root: Path) -> types.SimpleNamespace:
 def reference() -> types.SimpleNamespace:
     root = os.environ.get(ENV)
     if not root:
-        pytest.skip(f"set {ENV} to a checkout of https://github.com/schmidtdominik/LAPO to "
-                    "compare with the paper's reference implementation")  # fmt: skip
+        pytest.skip(f"set {ENV} to a checkout of https://github.com/schmidtdominik/LAPO or "
+                    "https://github.com/sachaMorin/lapo-plus to compare with the paper's "
+                    "reference implementation")  # fmt: skip
     return _import_reference(Path(root).expanduser().resolve())
 
 
@@ -209,8 +228,21 @@ def _reference_policy(ref, in_channels: int, out: int) -> torch.nn.Module:
     return ref.utils.create_policy(ref.cfg.model, out, policy_in_depth=in_channels)
 
 
+def _stage_lr(ref, stage: str) -> float:
+    """A stage's learning rate under the checkout's key: ``lapo_stage1`` in the fork,
+    ``stage1`` in LAPO."""
+    for key in (f"lapo_{stage}", stage):
+        if key in ref.cfg:
+            return ref.cfg[key].lr
+    raise KeyError(f"the reference's config.yaml has neither lapo_{stage} nor {stage}")
+
+
 def _reference_decoder(ref) -> torch.nn.Module:
-    return ref.utils.create_decoder(ref.cfg.model.la_dim, ACTIONS, device=str(DEVICE))
+    # the fork's config gives the decoder's widths, (192, 128, 64); LAPO's create_decoder
+    # defaults to (128, 128) and its stage 3 script passes (192, 128, 64)
+    hidden = ref.cfg.model.get("decoder_hidden_sizes") or (192, 128, 64)
+    return ref.utils.create_decoder(ref.cfg.model.la_dim, ACTIONS, device=str(DEVICE),
+                                    hidden_sizes=tuple(hidden))  # fmt: skip
 
 
 def _frozen(net: torch.nn.Module) -> torch.nn.Module:
@@ -340,7 +372,7 @@ def test_world_model(benchmark, reference, frames):
                  batch_size=BATCH, seed=seeds(), clip_grad_norm=cfg.grad_clip)  # fmt: skip
 
     idm, wm = ref.utils.create_dynamics_models(ref.cfg.model)
-    lr = ref.cfg.stage1.lr
+    lr = _stage_lr(ref, "stage1")
     schedule = ref.doy.PiecewiseLinearSchedule([0, 50, 50_001], [0.1 * lr, lr, 0.01 * lr])
     opt, lr_sched = ref.doy.LRScheduler.make(all=(schedule, [wm, idm]))
     batches, step = _reference_batches(ref, frames), iter(range(1, 50_001))
@@ -388,7 +420,7 @@ def test_lapo_latent_policy(benchmark, reference, frames):
         in_chunks(lambda rows: _labels(speed, our_idm, data, rows), BATCH)
 
     policy = _reference_policy(ref, OBS[0], ref.cfg.model.la_dim)
-    lr = ref.cfg.stage2.lr
+    lr = _stage_lr(ref, "stage2")
     schedule = ref.doy.PiecewiseLinearSchedule([0, 1000, 60_001], [0.01 * lr, lr, 0])
     opt, lr_sched = ref.doy.LRScheduler.make(policy=(schedule, [policy]))
     their_idm.eval()
@@ -426,7 +458,7 @@ def _policy_params(ours, our_frozen, theirs, their_frozen) -> dict[str, int]:
 
 
 def _decoding(benchmark, ref, frames, *, ours_backbone, theirs_latent, frozen_params):
-    """A decoding head (128, 128) on a frozen backbone's 128-dim latents of D_L."""
+    """A decoding head (192, 128, 64) on a frozen backbone's 128-dim latents of D_L."""
     cfg, data = _cfg(), _unlabeled(frames)
     latents = in_chunks(ours_backbone(data), len(data))
     actions = torch.randint(0, ACTIONS, (len(data),), device=DEVICE)

@@ -26,13 +26,8 @@ differences.
 
 from __future__ import annotations
 
-import dataclasses
-import importlib.util
-import os
-import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -47,97 +42,25 @@ from ssilbench_lapo.world_model import (
     impala_net,
     optimise,
     schedules,
-    speed_for,
 )
+from tests.plugins.lapo import reference as R
 
-ENV = "SSILBENCH_LAPO_REFERENCE"
-OBS = (3, 64, 64)
 BATCH = 32
 STEPS = 5
 SGD_LR = 0.1
 # the short training run: steps, batch and transitions
 LONG, SHORT_BATCH, TRANSITIONS = 100, 16, 512
-ACTIONS = 15
-# float32 with the same kernels on both sides; the latent layout's permutation reorders sums
-# in the forward model's first convolutions, and fused and plain Adam round differently.
-OUTPUT_TOL = {"rtol": 1e-5, "atol": 1e-5}
-PARAM_TOL = {"rtol": 1e-4, "atol": 1e-6}
-# ssilbench's side trains as its stages do on the CPU: in the default config's memory
-# layout (channels-last), its modules and batches converted as ``speed_for`` does.
-LAYOUT = speed_for(WorldModelConfig(), torch.device("cpu"))
-
-
-# ---------------------------------------------------------------------------- the reference
-
-
-def _partition(n: int, step: int, seq) -> list:
-    """``funcy.partition``: the windows of ``n`` items every ``step`` items, whole ones only."""
-    seq = list(seq)
-    return [seq[i : i + n] for i in range(0, len(seq) - n + 1, step)]
-
-
-class _TensorDict(dict):
-    """What the reference's IDM needs of ``tensordict.TensorDict``: a dict of tensors."""
-
-    def __init__(self, source: dict, batch_size=None) -> None:
-        super().__init__(source)
-
-
-def _stand_ins(vq_config: type) -> dict[str, types.ModuleType]:
-    config = types.ModuleType("config")
-    config.VQConfig, config.DEVICE, config.ADD_TIME_HORIZON = vq_config, "cpu", 0
-    modules = {"config": config, "data_loader": types.ModuleType("data_loader")}
-    if importlib.util.find_spec("funcy") is None:
-        modules["funcy"] = types.ModuleType("funcy")
-        modules["funcy"].partition = _partition
-    if importlib.util.find_spec("tensordict") is None:
-        modules["tensordict"] = types.ModuleType("tensordict")
-        modules["tensordict"].TensorDict = _TensorDict
-    return modules
-
-
-@dataclasses.dataclass
-class _VQConfig:
-    enabled: bool
-    num_codebooks: int
-    num_discrete_latents: int
-    emb_dim: int
-    num_embs: int
-    commitment_cost: float
-    decay: float
+# the reference's loader, key mapping and both sides' models: tests/plugins/lapo/reference.py
+OBS, ACTIONS, LAYOUT = R.OBS, R.ACTIONS, R.LAYOUT
+OUTPUT_TOL, PARAM_TOL = R.OUTPUT_TOL, R.PARAM_TOL
+latent_permutation, impala_keys = R.latent_permutation, R.impala_keys
+_reference_models, _both, _reference_step = R.reference_models, R.both, R.reference_step
+_state, _largest, _moving_square = R.state, R.largest, R.moving_square
 
 
 @pytest.fixture(scope="module")
 def ref() -> types.SimpleNamespace:
-    root = os.environ.get(ENV)
-    if not root:
-        pytest.skip(f"set {ENV} to an extracted checkout of the LAPO reference code "
-                    "(schmidtdominik/LAPO or sachaMorin/lapo-plus) to compare with it")  # fmt: skip
-    path = Path(root).expanduser().resolve()
-    lapo = path / "lapo" if (path / "lapo" / "models.py").exists() else path
-    if not (lapo / "models.py").exists():
-        pytest.skip(f"{ENV}={root}: no LAPO checkout there (expected lapo/models.py)")
-    yaml = pytest.importorskip("yaml", reason="reading the reference's config.yaml needs pyyaml")
-    model_cfg = yaml.safe_load((lapo / "config.yaml").read_text())["model"]
-    vq = _VQConfig(**model_cfg["vq"])
-    stand_ins = _stand_ins(_VQConfig)
-    saved = {name: sys.modules.get(name) for name in stand_ins}
-    sys.modules.update(stand_ins)
-    try:
-        spec = importlib.util.spec_from_file_location("lapo_reference_models", lapo / "models.py")
-        models = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(models)
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
-    la_dim = vq.num_codebooks * vq.emb_dim * vq.num_discrete_latents
-    # schmidtdominik/LAPO gives the decoder's widths in its stage3_decoding.py, the fork in
-    # its config.yaml: the same (192, 128, 64)
-    model_cfg.setdefault("decoder_hidden_sizes", [192, 128, 64])
-    return types.SimpleNamespace(models=models, vq=vq, la_dim=la_dim, model=model_cfg)
+    return R.reference_or_skip()
 
 
 @pytest.fixture(autouse=True)
@@ -148,94 +71,6 @@ def _one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
-# ---------------------------------------------------------------------------- key mapping
-
-
-def latent_permutation(cfg: WorldModelConfig) -> torch.Tensor:
-    """``perm[j]``: the reference's index of ssilbench's latent number ``j``.
-
-    ssilbench reads the latent as (codebook g, latent l, dim d): j = (g * L + l) * D + d; the
-    reference as (codebook, dim, latent): (g * D + d) * L + l."""
-    g, ll, d = cfg.codebooks, cfg.latents_per_codebook, cfg.code_dim
-    grid = torch.arange(g * d * ll).view(g, d, ll)  # reference index at [g, d, l]
-    return grid.transpose(1, 2).reshape(-1)
-
-
-def _impala_keys(src: str, dst: str) -> list[tuple[str, str]]:
-    pairs = []
-    for i in range(3):
-        pairs.append((f"{src}conv_stack.{i}.conv", f"{dst}stages.{i}.conv"))
-        for r in range(2):
-            for c in range(2):
-                pairs.append((f"{src}conv_stack.{i}.res_block{r}.conv{c}",
-                              f"{dst}stages.{i}.res{r}.conv{c}"))  # fmt: skip
-    return pairs
-
-
-def _unet_keys(levels: int) -> list[tuple[str, str]]:
-    def block(src: str, dst: str) -> list[tuple[str, str]]:
-        return [(f"{src}.conv", f"{dst}.conv"), (f"{src}.norm", f"{dst}.norm"),
-                (f"{src}.res.res_block.1", f"{dst}.res.conv0"),
-                (f"{src}.res.res_block.3", f"{dst}.res.conv1")]  # fmt: skip
-
-    pairs = []
-    for i in range(levels):
-        pairs += block(f"down.{i}", f"down.{i}")
-    pairs.append((f"down.{levels}", "to_one"))
-    for i in range(levels + 1):
-        pairs += block(f"up.{i}", f"up.{i}")
-    pairs += [("final_conv.0", "final_conv"), ("final_conv.1.res_block.1", "final_res.conv0"),
-              ("final_conv.1.res_block.3", "final_res.conv1"), ("final_conv.3", "out")]  # fmt: skip
-    return pairs
-
-
-def world_model_mapping(cfg: WorldModelConfig) -> list[tuple[str, str]]:
-    """(reference key prefix, ssilbench key prefix) for the reference's ``idm`` and ``wm``
-    state dicts (as ``idm.*`` and ``wm.*``) and ssilbench's ``WorldModel``."""
-    levels = OBS[1].bit_length() - 2  # 64 x 64: five down blocks
-    pairs = _impala_keys("idm.", "idm.trunk.")
-    pairs += [
-        ("idm.fc", "idm.trunk.fc"),
-        ("idm.policy_head", "idm.head"),
-        ("idm.vq.embedding", "quantiser.codebook"),
-        ("idm.vq.ema_count", "quantiser.ema_count"),
-        ("idm.vq.ema_weight", "quantiser.ema_sum"),
-    ]
-    pairs += [(f"wm.{a}", f"forward_model.{b}") for a, b in _unet_keys(levels)]
-    return pairs
-
-
-def to_ssilbench(
-    reference: dict[str, torch.Tensor],
-    cfg: WorldModelConfig,
-    channels: int,
-    pairs: list[tuple[str, str]],
-) -> dict[str, torch.Tensor]:
-    """The reference's tensors under ssilbench's keys, with the latent's layout permuted
-    where a tensor is indexed by it: the IDM head's outputs, and the forward model's latent
-    input channels (after the frame's at the input; after the features' at the first up
-    block)."""
-    perm = latent_permutation(cfg)
-    out = {}
-    for key, value in reference.items():
-        prefix = next((p for p in pairs if key == p[0] or key.startswith(p[0] + ".")), None)
-        if prefix is None:
-            raise KeyError(f"no mapping for the reference's {key}")
-        name = prefix[1] + key[len(prefix[0]) :]
-        value = value.detach().clone()
-        if name.startswith("idm.head."):
-            value = value[perm]
-        elif name == "forward_model.down.0.conv.weight":
-            value[:, channels:] = value[:, channels + perm]
-        elif name == "forward_model.up.0.conv.weight":
-            first = value.shape[0] - len(perm)
-            value[first:] = value[first + perm]
-        elif name.endswith("num_batches_tracked"):
-            value = value.reshape(1)
-        out[name] = value
-    return out
-
-
 # ---------------------------------------------------------------------------- the checks
 
 
@@ -243,40 +78,6 @@ def _batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     frames = torch.randint(0, 256, (BATCH + 1, *OBS), generator=g, dtype=torch.uint8)
     return frames[:-1], frames[1:]
-
-
-def _reference_models(ref, cfg: WorldModelConfig):
-    torch.manual_seed(0)
-    idm = ref.models.IDM(ref.vq, (2 * OBS[0], *OBS[1:]), ref.la_dim, cfg.scale)
-    wm = ref.models.WorldModel(ref.la_dim, in_depth=OBS[0], out_depth=OBS[0],
-                               base_size=ref.model["wm_scale"])  # fmt: skip
-    return idm, wm
-
-
-def _both(ref) -> tuple[WorldModelConfig, torch.nn.Module, torch.nn.Module, WorldModel]:
-    cfg = WorldModelConfig()
-    idm, wm = _reference_models(ref, cfg)
-    ours = WorldModel(cfg, OBS)
-    state = {f"idm.{k}": v for k, v in idm.state_dict().items()}
-    state |= {f"wm.{k}": v for k, v in wm.state_dict().items()}
-    mapped = to_ssilbench(state, cfg, OBS[0], world_model_mapping(cfg))
-    missing, unexpected = ours.load_state_dict(mapped, strict=False)
-    assert not unexpected and missing == ["quantiser.ema_steps"], (missing, unexpected)
-    return cfg, idm, wm, LAYOUT.module(ours)
-
-
-def _reference_step(idm, wm, obs: torch.Tensor, next_obs: torch.Tensor):
-    """The reference's stage-1 loss on a batch: its ``IDM.label`` and ``WorldModel.label``
-    on pixels scaled as its ``normalize_obs`` does."""
-    seq = torch.stack([obs, next_obs], dim=1).float() / 255 - 0.5
-    batch = {"obs": seq}
-    vq_loss, _ = idm.label(batch)
-    wm_loss = wm.label(batch)
-    return batch, wm_loss, vq_loss
-
-
-def _largest(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.detach().double() - b.detach().double()).abs().max())
 
 
 def test_the_defaults_are_the_reference_configuration(ref):
@@ -337,15 +138,8 @@ def test_one_batch_gives_the_same_outputs_and_losses(ref):
 
 
 def _reference_lr(step: int, lr: float, steps: int = 50_000) -> float:
-    # the reference's stage-1 schedule: piecewise linear through (0, 10%), (50, 100%) and
-    # (steps + 1, 1%) of a stage of ``steps`` (its config: 50,000)
-    return float(np.interp(step, [0, 50, steps + 1], [0.1 * lr, lr, 0.01 * lr]))
-
-
-def _state(idm, wm, cfg: WorldModelConfig) -> dict[str, torch.Tensor]:
-    state = {f"idm.{k}": v for k, v in idm.state_dict().items()}
-    state |= {f"wm.{k}": v for k, v in wm.state_dict().items()}
-    return to_ssilbench(state, cfg, OBS[0], world_model_mapping(cfg))
+    # the reference's stage-1 schedule over a stage of ``steps`` (its config: 50,000)
+    return R.stage_one_lr(step, lr, steps)
 
 
 def _update_gaps(ours: WorldModel, expected: dict, initial: dict) -> dict[str, float]:
@@ -480,7 +274,7 @@ def test_the_latent_policy_and_the_decoding_head_match(ref):
     ours = impala_net(cfg, OBS, cfg.latent_dim)
     ours_decoder = decoder_net(cfg, ACTIONS)
     # Sequential(Centre, ImpalaTrunk, head): the trunk is item 1, the head's Linear item 2.0
-    pairs = _impala_keys("", "1.") + [("fc", "1.fc"), ("policy_head", "2.0")]
+    pairs = impala_keys("", "1.") + [("fc", "1.fc"), ("policy_head", "2.0")]
     state = {}
     for key, value in policy.state_dict().items():
         if key.startswith("value_head"):
@@ -495,22 +289,6 @@ def test_the_latent_policy_and_the_decoding_head_match(ref):
     mine = ours_decoder(LAYOUT.forward(ours, obs.float() / 255))
     print("\nparity, latent policy and decoder:", _largest(mine, theirs))
     torch.testing.assert_close(mine, theirs, **OUTPUT_TOL)
-
-
-def _moving_square(n: int, seed: int) -> torch.Tensor:
-    """(n + 1, 3, 64, 64) uint8 frames: a 6 x 6 square stepping 4 pixels in one of four
-    directions at random on a torus, over a fixed colour gradient."""
-    g = torch.Generator().manual_seed(seed)
-    moves = torch.tensor([[0, 4], [0, -4], [4, 0], [-4, 0]])
-    actions = torch.randint(0, 4, (n,), generator=g)
-    pos = torch.cat([torch.zeros(1, 2, dtype=torch.long), moves[actions].cumsum(0)]) % 64
-    ramp = torch.linspace(40, 160, 64)
-    frames = torch.stack([ramp[None, :].expand(64, 64), ramp[:, None].expand(64, 64),
-                          torch.full((64, 64), 90.0)]).repeat(n + 1, 1, 1, 1)  # fmt: skip
-    for i, (y, x) in enumerate(pos.tolist()):
-        rows, cols = torch.arange(y, y + 6) % 64, torch.arange(x, x + 6) % 64
-        frames[i, :, rows[:, None], cols[None, :]] = 255.0
-    return frames.to(torch.uint8)
 
 
 @pytest.mark.parametrize("optimiser", ["adam", "sgd"])
@@ -575,3 +353,65 @@ def test_a_short_stage_one_run_follows_the_same_curve(ref, optimiser):
         assert curve == pytest.approx(their_curve, rel=0.03)
     assert 2 / 3 < curve[-1] / their_curve[-1] < 3 / 2
     assert used == their_used
+
+
+COLLAPSE_STEPS, COLLAPSE_ROWS = 12, 64
+
+
+def _codes_per_step(ref, cfg: WorldModelConfig, frames: torch.Tensor) -> tuple[list, list]:
+    """The codes each side's quantiser gives its training batch at every stage-1 step (Adam:
+    ssilbench's ``optimise``, the reference's loop; the same rows), from the same weights."""
+    _, idm, wm, ours = _both(ref, cfg)
+    obs, next_obs = frames[:-1], frames[1:]
+    s, s_next = LAYOUT.images(obs.float() / 255), LAYOUT.images(next_obs.float() / 255)
+    rows_seen: list[torch.Tensor] = []
+    ours_codes: list[torch.Tensor] = []
+    ours.quantiser.register_forward_hook(lambda m, i, out: ours_codes.append(out.codes.clone()))
+
+    def loss(rows) -> torch.Tensor:
+        rows = torch.as_tensor(np.arange(COLLAPSE_ROWS)[rows])
+        rows_seen.append(rows)
+        return ours.loss(s[rows], s_next[rows])
+
+    plan = StagePlan([Stage("world_model", COLLAPSE_STEPS)], eval_every=10**9,
+                     evaluate=lambda p: 0.0)  # fmt: skip
+    optimise(ours.parameters(), loss, COLLAPSE_ROWS, plan.stage("world_model"),
+             lr=cfg.world_model_lr, batch_size=SHORT_BATCH, seed=cfg.world_model_seed,
+             clip_grad_norm=cfg.grad_clip, schedule=schedules(cfg)[0])  # fmt: skip
+    params = [*idm.parameters(), *wm.parameters()]
+    opt, their_codes = torch.optim.Adam(params, lr=cfg.world_model_lr), []
+    for step, rows in enumerate(rows_seen):
+        for group in opt.param_groups:
+            group["lr"] = _reference_lr(step, cfg.world_model_lr, COLLAPSE_STEPS)
+        batch, wm_loss, vq_loss = _reference_step(idm, wm, obs[rows], next_obs[rows])
+        their_codes.append(batch["la_qinds"][..., 0].clone())
+        opt.zero_grad()
+        (wm_loss + vq_loss).backward()
+        torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+        opt.step()
+    return ours_codes, their_codes
+
+
+def _in_use(codes: list[torch.Tensor]) -> list[list[int]]:
+    return [[len(c[:, g].unique()) for g in range(c.shape[1])] for c in codes]
+
+
+def test_codes_in_use_follow_the_reference_while_the_codebooks_collapse(ref):
+    # The reference's EMA starts its counts at 0, so its first update divides every code by
+    # about (1 - decay) x its count: the codes leave the latents' range and one code per
+    # codebook takes every latent from then on, on any data. The codes in use at the end
+    # of a run are then 1 and 1 on both sides; the codes of each training batch, step by
+    # step from frames that differ as wholes (many codes in use at the first step), are the
+    # check that can tell the two apart.
+    frames = R.varied_frames(COLLAPSE_ROWS + 1, seed=0)
+    ours, theirs = _codes_per_step(ref, WorldModelConfig(), frames)
+    print(f"\nparity, codes in use per training batch of {SHORT_BATCH} per step: "
+          f"{_in_use(ours)} / reference {_in_use(theirs)}")  # fmt: skip
+    assert min(_in_use(theirs)[0]) > 4  # the first step's batch uses many codes
+    assert _in_use(ours) == _in_use(theirs)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
+    # A constructed case shows the check can fail: ssilbench's bias-corrected EMA (a code
+    # never chosen keeps its value) does not collapse where the reference's does.
+    kept, theirs = _codes_per_step(ref, WorldModelConfig(vq_bias_correction=True), frames)
+    print(f"parity, the same with vq_bias_correction on ssilbench's side: {_in_use(kept)}")
+    assert _in_use(kept) != _in_use(theirs)

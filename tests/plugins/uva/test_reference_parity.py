@@ -25,9 +25,9 @@ of ``docs/methods/uva.md``. Then, in evaluation mode:
 - the MAR-B tensors the reference loads into its ``mar_base`` by name and shape are
   exactly those ssilbench's mapping loads.
 
-Not compared: the inverse mode (the paper shows the history there, the reference hides it),
-the diffusion objective (the reference also learns the variance) and sampling (the
-reference's sampler needs CUDA). ``python -m pytest -s`` prints the largest differences.
+The inverse mode (the paper's change), the action head's diffusion loss and its DDIM sampler
+are compared in ``test_reference_parity_diffusion.py``. ``python -m pytest -s`` prints the
+largest differences.
 """
 
 from __future__ import annotations
