@@ -3,6 +3,7 @@ one panel per environment, one line per method; and each wrong combination of op
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,11 @@ def test_a_store_without_finished_runs_says_what_to_do(tmp_path, capsys):
     assert "No finished runs with a number of labeled transitions" in capsys.readouterr().err
     assert cli_exit_code("plot", "--results", str(tmp_path / "none")) == 2
     assert "No results store at" in capsys.readouterr().err
+
+
+def test_without_matplotlib_plot_names_the_extra(results, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    out = tmp_path / "figures"
+    assert cli_exit_code("plot", "--results", str(results), "--out", str(out)) == 2
+    assert 'Figures need matplotlib: pip install "ssilbench[plot]"' in capsys.readouterr().err
+    assert not out.exists()
