@@ -11,6 +11,7 @@ row per cell) give pandas DataFrames; pandas is optional (the ``notebook`` extra
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -116,11 +117,13 @@ class Results:
         return pandas.DataFrame(rows, columns=list(CELL_COLUMNS))
 
 
-def open_results(path: str | Path = "results") -> Results:
+def open_results(path: str | Path | None = None) -> Results:
     """Every run of the results store in the folder ``path`` (``--results`` of the
-    commands), read without writing anything; a UsageError when there is no store."""
+    commands; None: theirs by default, ``$SSILBENCH_RESULTS`` or ``results``), read without
+    writing anything; a ResultsStoreError (exit 2 in a command) when there is no store."""
     from ssilbench.runs.store import ResultsStore
 
-    with ResultsStore.open_read_only(Path(path)) as store:
+    folder = Path(path if path is not None else os.environ.get("SSILBENCH_RESULTS", "results"))
+    with ResultsStore.open_read_only(folder) as store:
         records = store.rows(None)
-    return Results(Path(path), tuple(records))
+    return Results(folder, tuple(records))

@@ -110,3 +110,8 @@ def test_a_folder_without_a_store_is_one_clear_error(tmp_path):
     with pytest.raises(SsilbenchError, match="No results store at .*nowhere"):
         open_results(tmp_path / "nowhere")
     assert not (tmp_path / "nowhere").exists()  # reading never writes
+
+
+def test_without_a_path_the_commands_default_store_is_read(results, monkeypatch):
+    monkeypatch.setenv("SSILBENCH_RESULTS", str(results))
+    assert len(open_results()) == 11
