@@ -17,10 +17,16 @@ On the device it runs on it measures
    shares them (``Stage.share``/``per``: one world model per game, one latent policy per
    game and seed), D_U of 2.6M transitions, an evaluation every 500 policy steps.
 
+The report (``--out``) is written after each stage (each method, the labelling, the
+evaluation, the projection), so a crash or a time limit keeps what was measured before it;
+its ``done`` lists the stages finished and ``complete`` is true once all are.
+
 Usage::
 
     python benchmarks/gpu/check.py [--device cuda] [--out report.json]
     python benchmarks/gpu/check.py --quick --device cpu      # a smoke test with small models
+    python benchmarks/gpu/check.py --quick --batch 4 --device cpu --project-h100 0.3
+                                         # the projection's smoke test (seconds on a CPU)
 
 ``benchmarks/gpu/README.md`` says how to run it on a lent GPU machine.
 """
@@ -30,8 +36,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +71,11 @@ def _task(plugins):
     return TaskInfo("procgen:bigfish", options, env.load("bigfish", options), None)
 
 
-def _method(plugins, name: str, quick: bool):
+# Every minibatch setting of the four methods' configs (--batch sets those a config has).
+BATCH_FIELDS = ("batch_size", "idm_batch_size", "world_model_batch")
+
+
+def _method(plugins, name: str, quick: bool, batch: int | None = None):
     from ssilbench.planning.plan import MethodInfo
 
     cls = plugins.methods.load(name)
@@ -71,16 +83,28 @@ def _method(plugins, name: str, quick: bool):
     values = {} if name.startswith("lapo") else {"arch": "impala_bf16"}
     if quick:
         values = {"size": "small"} if name.startswith("lapo") else {"arch": "impala_small"}
+    if batch is not None:
+        values |= {k: batch for k in BATCH_FIELDS if k in cls.Config.model_fields}
     return MethodInfo(name, cls, cls.Config.model_validate(values))
 
 
-def measure_stages(plugins, device, quick: bool, steps: int | None = None) -> dict:
+def measure_stages(
+    plugins,
+    device,
+    quick: bool,
+    steps: int | None = None,
+    batch: int | None = None,
+    measured: Callable[[str, dict], None] | None = None,
+    methods: tuple[str, ...] = METHODS,
+) -> dict:
+    """Each method's stages timed (see the module docstring); ``measured(name, info)`` is
+    called after each method, so that a caller can keep it before the next one starts."""
     from ssilbench.runner.timings import measure
 
     out = {}
     task = _task(plugins)
-    for name in METHODS:
-        method = _method(plugins, name, quick)
+    for name in methods:
+        method = _method(plugins, name, quick, batch)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         began = time.perf_counter()
@@ -101,6 +125,8 @@ def measure_stages(plugins, device, quick: bool, steps: int | None = None) -> di
         }
         print(f"{name}: " + ", ".join(f"{s} {v['seconds_per_step'] * 1e3:.1f} ms/step"
                                       for s, v in stages.items()), flush=True)  # fmt: skip
+        if measured is not None:
+            measured(name, out[name])
     return out
 
 
@@ -137,12 +163,15 @@ def counted_flops(fn) -> float:
     return float(counter.get_total_flops())
 
 
-def flops_projection(plugins, stages: dict, utilisation: float) -> tuple[dict, float, dict]:
+def flops_projection(
+    plugins, stages: dict, utilisation: float, quick: bool = False
+) -> tuple[dict, float, dict]:
     """Step times, labelling rows/s and an evaluation's time on an H100 running at
-    ``utilisation`` of its peak, from the floating-point operations counted here."""
+    ``utilisation`` of its peak, from the floating-point operations counted here (of the
+    small IMPALA with ``quick``, as the stages were)."""
     from ssilbench.data.tensors import as_model_input
 
-    impala = plugins.architectures.create("impala")
+    impala = plugins.architectures.create("impala_small" if quick else "impala")
     cpu = torch.device("cpu")
     frames = np.random.default_rng(0).integers(0, 256, (64, 6, 64, 64), dtype=np.uint8)
     with torch.no_grad():
@@ -159,7 +188,10 @@ def flops_projection(plugins, stages: dict, utilisation: float) -> tuple[dict, f
         projected[name] = {**info, "stages": timed}
     rows_per_s = H100_BF16_FLOPS * utilisation / per_row
     call = per_call / (H100_TF32_FLOPS * utilisation) + PAPER["eval_episodes"] / ENV_STEPS_PER_S
-    evaluation = {"seconds": CPU_EVAL_CALLS * call, "measured": False,
+    why = (f"an H100 at {utilisation:g} of its peak over the operations counted here, "
+           f"{CPU_EVAL_CALLS} policy calls of 64 observations and procgen at "
+           f"{ENV_STEPS_PER_S:,} steps/s")  # fmt: skip
+    evaluation = {"seconds": CPU_EVAL_CALLS * call, "measured": False, "why": why,
                   "policy_call_flops": per_call, "labelling_flops_per_row": per_row}  # fmt: skip
     return projected, rows_per_s, evaluation
 
@@ -251,11 +283,52 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def main(argv: list[str] | None = None) -> dict:
+class Report:
+    """The JSON report, written to ``path`` (when given) after each stage: ``done`` lists the
+    stages finished, ``complete`` says whether all were."""
+
+    def __init__(self, path: Path | None, **head) -> None:
+        self.path, self.began = path, time.perf_counter()
+        self.data = {**head, "done": [], "complete": False, "wall_s": 0.0}
+
+    def method(self, key: str, name: str, info: dict) -> None:
+        self.data.setdefault(key, {})[name] = info
+        self.record(name)
+
+    def record(self, stage: str, **values) -> None:
+        self.data.update(values)
+        self.data["done"].append(stage)
+        self.save()
+
+    def save(self) -> None:
+        """Replace the file whole, so that a process killed while writing leaves the last
+        complete report."""
+        if self.path is None:
+            return
+        self.data["wall_s"] = time.perf_counter() - self.began
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(json.dumps(self.data, indent=1, default=float))
+        os.replace(partial, self.path)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--quick", action="store_true", help="small models (a smoke test)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="every stage's minibatch (default: the methods' own, 128 as in the paper); a "
+        "smaller one makes a smoke test of seconds, whose times say nothing of the paper's",
+    )
+    parser.add_argument(
+        "--methods",
+        default=",".join(METHODS),
+        help="comma-separated methods to measure (default: the four of the paper's table; "
+        "the table's projection counts only these)",
+    )
     parser.add_argument(
         "--project-h100",
         type=float,
@@ -265,43 +338,70 @@ def main(argv: list[str] | None = None) -> dict:
         "of an H100 running at this share of its peak (e.g. 0.3)",
     )
     args = parser.parse_args(argv)
+    args.methods = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    if not args.methods or set(args.methods) - set(METHODS):
+        parser.error(f"--methods: choose among {', '.join(METHODS)} (comma-separated)")
+    if args.batch is not None and args.batch < 1:
+        parser.error("--batch: give a positive minibatch size")
+    if args.out is not None and not args.out.parent.is_dir():
+        parser.error(f"--out {args.out}: the folder {args.out.parent} does not exist")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _arguments(argv)
     from ssilbench.plugins import load_plugins
 
     device = torch.device(args.device)
     plugins = load_plugins()
-    began = time.perf_counter()
+    report = Report(
+        args.out,
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        projected_h100_utilisation=args.project_h100,
+        torch=torch.__version__,
+        quick=args.quick,
+        batch=args.batch,
+        methods=list(args.methods),
+    )
+    report.save()  # a wrong --out fails now, not after the measurements
+    if args.batch is not None:
+        print(f"--batch {args.batch}: every time below is of batch {args.batch}, not the "
+              "paper's 128 (a smoke test)", flush=True)  # fmt: skip
+    # Projected, the times measured here are kept apart from the projected ones.
+    key = "stages" if args.project_h100 is None else "measured_here"
+
+    def keep(name: str, info: dict) -> None:
+        report.method(key, name, info)
+
     if args.project_h100 is not None:
-        counted = measure_stages(plugins, device, args.quick, steps=2)
-        stages, rows_per_s, evaluation = flops_projection(plugins, counted, args.project_h100)
+        counted = measure_stages(plugins, device, args.quick, 2, args.batch, keep, args.methods)
+        stages, rows_per_s, evaluation = flops_projection(plugins, counted, args.project_h100,
+                                                          args.quick)  # fmt: skip
+        report.record("flops", stages=stages, labelling_rows_per_s=rows_per_s,
+                      evaluation=evaluation)  # fmt: skip
     else:
-        stages = measure_stages(plugins, device, args.quick)
+        stages = measure_stages(plugins, device, args.quick, None, args.batch, keep,
+                                args.methods)  # fmt: skip
         rows_per_s = labelling_rows_per_s(plugins, device, args.quick)
-        call = stages["bc"]["policy_call_64_s"]
+        report.record("labelling", labelling_rows_per_s=rows_per_s)
+        call = next(iter(stages.values()))["policy_call_64_s"]
         evaluation = evaluation_seconds(plugins, device, call, args.quick)
+        report.record("evaluation", evaluation=evaluation)
     print(f"labelling: {rows_per_s:,.0f} (s, s') rows/s", flush=True)
     how = "measured" if evaluation["measured"] else f"projected: {evaluation['why']}"
     print(f"one evaluation (64 envs): {evaluation['seconds']:.1f} s ({how})", flush=True)
-    report = {
-        "device": (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"),
-        "projected_h100_utilisation": args.project_h100,
-        "torch": torch.__version__,
-        "quick": args.quick,
-        "stages": stages,
-        "labelling_rows_per_s": rows_per_s,
-        "evaluation": evaluation,
-        "projection": project(stages, rows_per_s, evaluation["seconds"]),
-        "wall_s": time.perf_counter() - began,
-    }
-    for name, hours in report["projection"]["one_run_hours"].items():
+    projection = project(stages, rows_per_s, evaluation["seconds"])
+    report.record("projection", projection=projection, complete=True)
+    for name, hours in projection["one_run_hours"].items():
         print(f"one 120k-step {name} run: {hours:.2f} h")
-    projection = report["projection"]
-    print(f"the paper's table (16 games x 3 seeds x 5 budgets x 4 methods): "
+    methods = "4 methods" if len(stages) == len(METHODS) else f"{', '.join(stages)} only"
+    print(f"the paper's table (16 games x 3 seeds x 5 budgets x {methods}): "
           f"{projection['table_hours']:,.0f} device-hours "
           f"({projection['table_hours_every_run_alone']:,.0f} if every run trained all of "
           "its stages alone)")  # fmt: skip
     if args.out is not None:
-        args.out.write_text(json.dumps(report, indent=1, default=float))
-    return report
+        print(f"wrote {args.out}")
+    return report.data
 
 
 if __name__ == "__main__":

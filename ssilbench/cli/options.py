@@ -31,10 +31,10 @@ data_root_option = click.option(
 )
 
 
-def sweep_file_option(help: str, several: bool = False) -> Callable[[F], F]:
+def sweep_file_option(help: str, several: bool = False, required: bool = True) -> Callable[[F], F]:
     """``--sweep FILE``: one optional sweep file (``sweep_file``), or with ``several`` one or
-    more required ones (``sweeps``)."""
-    name, given = ("sweeps", {"multiple": True, "required": True}) if several else (
+    more (``sweeps``), required unless ``required`` is False."""
+    name, given = ("sweeps", {"multiple": True, "required": required}) if several else (
         "sweep_file", {"default": None})  # fmt: skip
     return click.option("--sweep", name, type=click.Path(dir_okay=False), help=help, **given)
 

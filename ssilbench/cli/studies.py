@@ -12,31 +12,49 @@ from ssilbench.cli.app import State
 from ssilbench.cli.options import quick_option, results_option, sweep_file_option
 from ssilbench.cli.outputs import guards_outputs
 from ssilbench.cli.tasks import expand_envs
+from ssilbench.errors import UsageError
 from ssilbench.planning.values import comma_list
 
 
-def study_options(command):
-    """The options every study command takes: sweep files, --quick, --results. (No
-    --data-root: a study's runs are found in the store without opening a dataset.)"""
-    for option in reversed([sweep_file_option("Sweep file(s) of the studies.", several=True),
-                            quick_option("The files' [quick] variants."),
-                            results_option]):  # fmt: skip
-        command = option(command)
-    return command
-
-
 @click.command()
-@study_options
+@sweep_file_option("Sweep file(s) of the studies; without it, the leaderboard's runs, one "
+                   "panel per environment.", several=True, required=False)  # fmt: skip
+@quick_option("With --sweep: the files' [quick] variants.")
+@results_option
+@click.option("--metric", default=None,
+              help="Without --sweep: 'score' (normalised, the default) or an environment "
+              "metric such as test_accuracy, as for leaderboard.")  # fmt: skip
+@click.option("--latest", is_flag=True,
+              help="Without --sweep: per cell, only the runs like the most recently finished "
+              "one, as for leaderboard.")  # fmt: skip
 @click.option("--out", default="figures", show_default=True, help="Folder for PNG and SVG files.")
 @click.pass_obj
 @guards_outputs("out")
-def plot(state: State, sweeps, quick, results, out) -> None:
-    """Draw each study's figure (score vs label budget per panel) from the results store."""
+def plot(state: State, sweeps, quick, results, metric, latest, out) -> None:
+    """Draw each study's figure (score vs label budget per panel) from the results store;
+    without --sweep, the finished runs that leaderboard tabulates: the metric vs N_L, one
+    panel per environment, one line per method."""
+    from ssilbench.cli.plot_store import needs_matplotlib, plot_store
     from ssilbench.studies.study import plot_study
 
-    for path in sweeps:
-        for written in plot_study(state.plugins, path, results, quick, Path(out)):
-            click.echo(f"wrote {written}", err=True)
+    if sweeps and (metric is not None or latest):
+        raise UsageError(
+            "--metric and --latest apply without --sweep (a sweep file names its metric and "
+            "finds its runs by design); drop them or drop --sweep."
+        )
+    if quick and not sweeps:
+        raise UsageError(
+            "--quick chooses the [quick] variants of sweep files: give --sweep FILE, or drop "
+            "--quick to draw the leaderboard's runs."
+        )
+    needs_matplotlib()
+    if not sweeps:
+        written = plot_store(results, metric or "score", latest, Path(out))
+    else:
+        written = [w for path in sweeps
+                   for w in plot_study(state.plugins, path, results, quick, Path(out))]  # fmt: skip
+    for path in written:
+        click.echo(f"wrote {path}", err=True)
 
 
 @click.command()

@@ -11,6 +11,7 @@ from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
     from ssilbench.leaderboard.table import Table
+    from ssilbench.runs.records import RunRecord
 
 
 def store_table(
@@ -22,11 +23,23 @@ def store_table(
     """The table of the finished runs in the store at ``results`` for ``metric``, with the
     probability that method label ``compare[0]`` beats ``compare[1]`` when given; ``latest``
     keeps, per cell, the runs like its most recently finished one (see ``build_table``)."""
-    from ssilbench.leaderboard.table import build_table
     from ssilbench.runs.store import ResultsStore
 
     with ResultsStore.open_read_only(Path(results)) as store:
         records = store.rows("done")
+    return records_table(records, metric, compare, latest)
+
+
+def records_table(
+    records: list[RunRecord],
+    metric: str = "score",
+    compare: tuple[str, str] | None = None,
+    latest: bool = False,
+) -> Table:
+    """:func:`store_table` of finished run ``records`` already read (a selection of a
+    store's), with the same checks of ``metric`` and ``compare``."""
+    from ssilbench.leaderboard.table import build_table
+
     if compare is not None:
         known = sorted({r.method_label for r in records})
         wrong = [m for m in compare if m not in known]

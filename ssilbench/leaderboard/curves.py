@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ssilbench.errors import UsageError
+from ssilbench.leaderboard.html import LegendStyle, legend
 from ssilbench.outputs import atomic_path
 
 
@@ -182,6 +183,7 @@ def _positive(runs: Sequence[RunCurves], tag: str) -> bool:
 
 
 # -- the HTML page's section ------------------------------------------------------------------
+LEGEND_CHARS = 24  # a line of the legend's 11 px text in the chart's right margin
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
             "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
 
@@ -212,7 +214,11 @@ def _svg_chart(title: str, lines: list[tuple[str, list[int], list[float]]], log_
 
     x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
     y0, y1 = min(ty(p[1]) for p in points), max(ty(p[1]) for p in points)
-    x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1e-9 + abs(y0) * 0.01 + 1e-6)
+    if x1 == x0:  # one step (one evaluation): the points stand in the middle
+        x0, x1 = x0 - 1, x1 + 1
+    if y1 == y0:
+        pad = abs(y0) * 0.05 + 1e-6
+        y0, y1 = y0 - pad, y1 + pad
 
     def px(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * (width - left - right)
@@ -223,7 +229,11 @@ def _svg_chart(title: str, lines: list[tuple[str, list[int], list[float]]], log_
     def label(v: float) -> str:
         return f"{10**v:.3g}" if log_y else f"{v:.3g}"
 
-    parts = [f'<svg viewBox="0 0 {width} {height}" width="{width}" role="img" '
+    style = LegendStyle(width - right + 8, top + 8, 11, LEGEND_CHARS, 13, 16, 16, 2)
+    keys, legend_end = legend([(name, _COLOURS[i % len(_COLOURS)], "")
+                               for i, (name, _, _) in enumerate(lines)], style)  # fmt: skip
+    tall = max(height, math.ceil(legend_end))  # a long legend lengthens the chart, never cut
+    parts = [f'<svg viewBox="0 0 {width} {tall}" width="{width}" role="img" '
              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
              f'<text x="{left}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>',
              f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" '
@@ -238,15 +248,16 @@ def _svg_chart(title: str, lines: list[tuple[str, list[int], list[float]]], log_
              f'text-anchor="end">{label(y1)}</text>']  # fmt: skip
     for i, (name, xs, ys) in enumerate(lines):
         colour = _COLOURS[i % len(_COLOURS)]
-        coords = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys, strict=True)
-                          if not log_y or y > 0)  # fmt: skip
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" '
-                     f'points="{coords}"><title>{escape(name)}</title></polyline>')  # fmt: skip
-        ly = top + 14 * i + 8
-        parts.append(f'<line x1="{width - right + 8}" y1="{ly - 4}" x2="{width - right + 24}" '
-                     f'y2="{ly - 4}" stroke="{colour}" stroke-width="2"/>'
-                     f'<text x="{width - right + 28}" y="{ly}" font-size="11">'
-                     f"{escape(name[:24])}</text>")  # fmt: skip
+        shown = [(px(x), py(y)) for x, y in zip(xs, ys, strict=True) if not log_y or y > 0]
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in shown)
+        parts.append(f'<polyline class="series" fill="none" stroke="{colour}" '
+                     f'stroke-width="1.5" points="{coords}"><title>{escape(name)}</title>'
+                     "</polyline>")  # fmt: skip
+        if len(shown) == 1:  # one evaluation: a line of one point draws nothing
+            x, y = shown[0]
+            parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3.5" '
+                         f'fill="{colour}"><title>{escape(name)}</title></circle>')  # fmt: skip
+    parts.append(keys)
     parts.append("</svg>")
     return "".join(parts)
 

@@ -12,6 +12,7 @@ from a plugin or a store is escaped.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from html import escape
 
@@ -179,10 +180,56 @@ class _Series:
 # Chart geometry (px): wide enough to read at a glance on a laptop, with a legend beside
 # the plot that has room for a full method label.
 W, H, LEFT, RIGHT, TOP, BOTTOM = 960, 460, 72, 250, 44, 64
-LEGEND_CHARS = 30
+LEGEND_CHARS = 26  # a line of the legend's 14 px text in the RIGHT margin
 # A dash pattern per series beside its colour: methods with equal results draw one line over
 # the other, and the dashes keep both visible (and tell them apart without colour vision).
 DASHES = ("", "9 5", "3 4", "14 4 3 4")
+
+
+@dataclass(frozen=True)
+class LegendStyle:
+    """Where a chart's legend stands and how it is set: swatch at ``x``, first line at
+    ``top``, at most ``chars`` characters a line."""
+
+    x: float
+    top: float
+    font: int
+    chars: int
+    line_height: float
+    gap: float  # from one entry's last line to the next entry
+    swatch: float = 28.0
+    stroke: float = 3.0
+
+
+def legend_lines(label: str, chars: int) -> list[str]:
+    """``label`` in lines of at most ``chars`` characters, nothing left out: broken at spaces,
+    and a word longer than a line (a config without spaces) in pieces."""
+    return textwrap.wrap(label, chars, break_on_hyphens=False) or [label]
+
+
+def legend(entries: list[tuple[str, str, str]], style: LegendStyle) -> tuple[str, float]:
+    """The legend of (label, colour, dash attribute) entries as SVG: per entry a swatch and
+    the whole label, wrapped into lines (``<tspan>``), the next entry below its last line;
+    and the y its last entry ends at (so that a chart grows to hold it)."""
+    out, y = [], style.top
+    for label, colour, dash in entries:
+        lines = legend_lines(label, style.chars)
+        tx = style.x + style.swatch + 6
+        spans = "".join(f'<tspan x="{tx:g}" dy="{0 if i == 0 else style.line_height:g}">'
+                        f"{escape(line)}</tspan>" for i, line in enumerate(lines))  # fmt: skip
+        out.append(f'<g class="legend"><title>{escape(label)}</title><line x1="{style.x:g}" '
+                   f'y1="{y - 4:g}" x2="{style.x + style.swatch:g}" y2="{y - 4:g}" '
+                   f'stroke="{colour}" stroke-width="{style.stroke:g}"{dash}/><text '
+                   f'x="{tx:g}" y="{y:g}" font-size="{style.font}">{spans}</text></g>')  # fmt: skip
+        y += style.line_height * (len(lines) - 1) + style.gap
+    return "".join(out), y
+
+
+def _chart_legend(series: list[_Series], dashes: list[str]) -> tuple[str, float]:
+    """The legend in the chart's right margin: per series its colour, dashes and name."""
+    entries = [(s.name, PALETTE[k % len(PALETTE)], f' stroke-dasharray="{d}"' if d else "")
+               for k, (s, d) in enumerate(zip(series, dashes, strict=True))]  # fmt: skip
+    return legend(entries, LegendStyle(W - RIGHT + 12, TOP + 10, 14, LEGEND_CHARS, 17, 22))
 
 
 def _chart(title: str, series: list[_Series], x_label: str, y_label: str, log_x: bool,
@@ -205,8 +252,12 @@ def _chart(title: str, series: list[_Series], x_label: str, y_label: str, log_x:
     def py(y: float) -> float:
         return H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM)
 
-    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-           f'viewBox="0 0 {W} {H}" role="img" aria-label="{escape(title)}">',
+    dashes = [DASHES[k % len(DASHES)] for k in range(len(series))]
+    keys, legend_end = _chart_legend(series, dashes)
+    height = max(H, math.ceil(legend_end))  # a long legend lengthens the figure, never cut
+    out = [f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" width="{W}" '
+           f'height="{height}" viewBox="0 0 {W} {height}" role="img" '
+           f'aria-label="{escape(title)}">',
            f'<text class="title" x="{LEFT}" y="22" font-size="17" font-weight="600">'
            f"{escape(title)}</text>"]  # fmt: skip
     for i in range(6):  # horizontal grid and y ticks
@@ -248,18 +299,14 @@ def _chart(title: str, series: list[_Series], x_label: str, y_label: str, log_x:
         colour = PALETTE[k % len(PALETTE)]
         name = escape(s.name)
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in s.line)
-        dash = DASHES[k % len(DASHES)]
-        dash = f' stroke-dasharray="{dash}"' if dash else ""
+        dash = f' stroke-dasharray="{dashes[k]}"' if dashes[k] else ""
         out.append(f'<polyline class="series" data-series="{name}" fill="none" '
                    f'stroke="{colour}" stroke-width="2.5"{dash} points="{path}"/>')  # fmt: skip
+        # A line of one point draws nothing: such a series is drawn as its point.
+        markers = s.markers or [(x, y, s.name) for x, y in s.line if len(s.line) == 1]
         out += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{s.radius:g}" fill="{colour}">'
-                f"<title>{escape(tip)}</title></circle>" for x, y, tip in s.markers]  # fmt: skip
-        ly = TOP + 22 * k + 10
-        short = s.name if len(s.name) <= LEGEND_CHARS else s.name[: LEGEND_CHARS - 1] + "…"
-        out.append(f'<g class="legend"><title>{name}</title><line x1="{W - RIGHT + 12}" '
-                   f'y1="{ly - 4}" x2="{W - RIGHT + 40}" y2="{ly - 4}" stroke="{colour}" '
-                   f'stroke-width="3"{dash}/><text x="{W - RIGHT + 46}" y="{ly + 1}" '
-                   f'font-size="14">{escape(short)}</text></g>')  # fmt: skip
+                f"<title>{escape(tip)}</title></circle>" for x, y, tip in markers]  # fmt: skip
+    out.append(keys)
     out.append("</svg>")
     return "".join(out)
 

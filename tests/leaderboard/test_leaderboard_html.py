@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ssilbench.leaderboard.curves import RunCurves, curves_section
+from ssilbench.leaderboard.html import legend_lines, to_html
 from ssilbench.leaderboard.render import render
 from ssilbench.leaderboard.table import build_table
 from ssilbench.runs.records import RunRecord
@@ -180,3 +182,83 @@ def test_chromium_shows_the_numbers_sorts_the_table_and_draws_the_figures(page, 
     dom = chromium("--dump-dom", clicked.as_uri()).stdout
     assert [r[0] for r in visible_rows(dom, 0)] == ["vm_idm", "bc", EVIL]
     assert 'aria-sort="descending"' in dom
+
+
+# -- legends: the whole label, wrapped; a series of one point drawn ---------------------------
+LONG = "bc (arch=impala_small, lr=0.0003, batch_size=64)"  # longer than a line of a legend
+
+
+@pytest.fixture(scope="module")
+def legend_page(tmp_path_factory) -> Path:
+    scores = {(LONG, "16"): [0.2, 0.4], (LONG, "64"): [0.5, 0.7], ("bc", "16"): [0.3, 0.5]}
+    runs = [record("maze:10x10", method, budget, v, seed, int(budget))
+            for (method, budget), values in scores.items()
+            for seed, v in enumerate(values)]  # fmt: skip
+    curves = [RunCurves(f"run{budget}{seed}", "", method, "maze:10x10", budget, seed, {
+                  "policy/loss": ([1, 2, 3, 4], [1.0, 0.6, 0.4, 0.3]),
+                  "policy/eval/score": ([4], [0.25 + seed / 10]),  # one evaluation
+              }) for (method, budget), values in scores.items()
+              for seed in range(len(values))]  # fmt: skip
+    path = tmp_path_factory.mktemp("legends") / "legends.html"
+    path.write_text(to_html(build_table(runs), curves_section(curves)))
+    return path
+
+
+def test_legend_lines_keep_the_whole_label():
+    lines = legend_lines(LONG, 20)
+    assert len(lines) > 1 and all(len(line) <= 20 for line in lines)
+    assert " ".join(lines) == LONG
+    assert "".join(legend_lines("x" * 50, 20)) == "x" * 50  # a word longer than a line
+
+
+# Per chart as laid out: each legend entry's label (its hover title), the text shown (its
+# lines joined), its line count and box; the chart's box; each one-point marker's box.
+LEGENDS = """<script>
+var out = [];
+document.querySelectorAll("svg").forEach(function (svg) {
+  var box = svg.getBoundingClientRect(), keys = [], points = [];
+  svg.querySelectorAll("g.legend").forEach(function (g) {
+    var spans = Array.prototype.map.call(g.querySelectorAll("tspan"),
+                                         function (t) { return t.textContent; });
+    var r = g.querySelector("text").getBoundingClientRect();
+    keys.push({label: g.querySelector("title").textContent, shown: spans.join(" "),
+               lines: spans.length, left: r.left, right: r.right, top: r.top,
+               bottom: r.bottom});
+  });
+  svg.querySelectorAll("circle.point").forEach(function (c) {
+    var r = c.getBoundingClientRect();
+    points.push({width: r.width, inside: r.left >= box.left && r.right <= box.right
+                 && r.top >= box.top && r.bottom <= box.bottom});
+  });
+  out.push({title: svg.getAttribute("aria-label"), right: box.right, bottom: box.bottom,
+            keys: keys, points: points});
+});
+var pre = document.createElement("pre"); pre.id = "legends";
+pre.textContent = JSON.stringify(out); document.body.appendChild(pre);
+</script>"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed")
+def test_chromium_shows_whole_wrapped_legends_and_one_point_series(legend_page, tmp_path):
+    page = tmp_path / "measured.html"
+    page.write_text(legend_page.read_text().replace("</body>", LEGENDS + "</body>"))
+    dom = chromium("--window-size=1200,3000", "--dump-dom", page.as_uri()).stdout
+    charts = json.loads(unescape(re.search(r'<pre id="legends">(.*?)</pre>', dom).group(1)))
+    by_title = {c["title"]: c for c in charts}
+    efficiency = by_title["maze:10x10: sample efficiency"]
+    score = by_title["maze:10x10: policy/eval/score"]
+    assert {k["label"] for k in score["keys"]} == {f"{LONG} N_L=16", f"{LONG} N_L=64",
+                                                   "bc N_L=16"}  # fmt: skip
+    for chart in charts:
+        keys = chart["keys"]
+        for key in keys:
+            assert key["shown"] == key["label"], key  # the whole label, not cut
+            assert key["right"] <= chart["right"] and key["bottom"] <= chart["bottom"], key
+            if len(key["label"]) > 30:
+                assert key["lines"] > 1, key  # wrapped
+        for upper, lower in zip(keys, keys[1:], strict=False):
+            assert upper["bottom"] <= lower["top"] + 1, (upper, lower)  # no two overlap
+    assert any(k["label"] == LONG and k["lines"] > 1 for k in efficiency["keys"])
+    # Each run's one evaluation: a line of one point, drawn as a visible point.
+    assert len(score["points"]) == 3
+    assert all(p["width"] > 3 and p["inside"] for p in score["points"]), score["points"]

@@ -29,6 +29,9 @@ can produce (a long sweep, a GPU). The kinds:
   of the table's columns.
 - ``file PATH``: a Python block that is the file PATH of a plugin a walk-through builds; it
   must compile, and the ``example-output`` blocks of its page run with it.
+- ``notebook``: a Python session (``>>>`` lines and what they print) run as a doctest in a
+  temporary folder whose ``results`` store holds the guide's example runs
+  (``docs_notebook.py``); skipped without pandas when it makes DataFrames.
 - ``example-output``: ``output``, with the example plugin of ``docs/plugin-example``
   installed (its package and a ``.dist-info`` made from its ``pyproject.toml``, as pip lays
   them out) and the page's ``file`` blocks importable: a walk-through's commands run (in a
@@ -48,6 +51,7 @@ import pytest
 from ssilbench.cli import cli
 from ssilbench.testing import cli_exit_code
 
+from .docs_notebook import check_notebook
 from .docs_walkthroughs import walkthrough_installed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +64,7 @@ DOCS = [
 MARKER = re.compile(r"^<!-- checked: (\w[\w-]*)((?: [^ ]+)*) -->$")
 # Every kind must be used somewhere, so that a marker cannot vanish unnoticed.
 REQUIRED = {"synopsis", "flags", "commands", "output", "leaderboard", "errors", "plugins",
-            "file", "example-output"}  # fmt: skip
+            "file", "example-output", "notebook"}  # fmt: skip
 
 
 def marked_blocks() -> list[tuple[str, int, str, list[str], str]]:
@@ -432,8 +436,9 @@ CHECKS = {
     "plugins": check_plugins,
     "file": check_file,
     "example-output": check_example_output,
+    "notebook": check_notebook,
 }
-NEEDS_CLI = {"output", "errors", "plugins", "example-output"}
+NEEDS_CLI = {"output", "errors", "plugins", "example-output", "notebook"}
 
 
 @pytest.mark.parametrize(
@@ -492,3 +497,13 @@ def test_the_checks_catch_a_wrong_example(capsys, tmp_path, monkeypatch):
     with pytest.raises(AssertionError, match="list says"):
         check_plugins("| plugin | methods |\n|---|---|\n| `baselines` | `bc` |", [], "x",
                       capsys, tmp_path)  # fmt: skip
+    session = (">>> from ssilbench.leaderboard.notebook import open_results\n"
+               '>>> len(open_results("results"))\n')  # fmt: skip
+    for folder, count in (("right", "9"), ("wrong", "8")):  # a count the store does not give
+        (tmp_path / folder).mkdir()
+        monkeypatch.chdir(tmp_path / folder)
+        if count == "9":
+            check_notebook(session + count, [], "x", capsys, tmp_path / folder)
+            continue
+        with pytest.raises(AssertionError, match="Expected"):
+            check_notebook(session + count, [], "x", capsys, tmp_path / folder)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,53 @@ def test_an_evaluation_without_procgen_is_projected_and_says_why(check, monkeypa
         "measured": False,
         "why": "No module named 'cffi'",
     }
+
+
+def test_the_quick_projection_runs_end_to_end_prints_it_and_writes_the_report(
+    check, tmp_path, capsys
+):
+    out = tmp_path / "report.json"
+    check.main(["--quick", "--batch", "2", "--methods", "bc", "--device", "cpu",
+                "--project-h100", "0.3", "--out", str(out)])  # fmt: skip
+    printed = capsys.readouterr().out
+    assert "one evaluation (64 envs):" in printed and "projected: an H100 at 0.3" in printed
+    assert "one 120k-step bc run:" in printed
+    assert "the paper's table (16 games x 3 seeds x 5 budgets x bc only):" in printed
+    saved = json.loads(out.read_text())
+    assert saved["complete"] and saved["done"] == ["bc", "flops", "projection"]
+    # The projected step time is the step's operations, counted here, at 30% of the peak.
+    counted = saved["measured_here"]["bc"]["stages"]["policy"]["flops_per_step"]
+    projected = saved["stages"]["bc"]["stages"]["policy"]["seconds_per_step"]
+    assert counted > 0 and projected == pytest.approx(counted / (check.H100_BF16_FLOPS * 0.3))
+    hours = saved["projection"]["one_run_hours"]["bc"]
+    assert saved["projection"]["table_hours"] == pytest.approx(hours * 16 * 3 * 5)
+
+
+def test_a_crash_keeps_what_was_measured_before_it(check, tmp_path, monkeypatch):
+    from ssilbench.runner.timings import Measurement, StageTiming
+
+    def measure(method, *args, **kwargs):
+        if method.name != "bc":
+            raise RuntimeError("CUDA out of memory")
+        return Measurement("key", "bc", "cpu", {"policy": StageTiming(0.01, 1e9, 2)}, 0.0, 0.002)
+
+    monkeypatch.setattr("ssilbench.runner.timings.measure", measure)
+    out = tmp_path / "report.json"
+    with pytest.raises(RuntimeError, match="out of memory"):
+        check.main(["--device", "cpu", "--project-h100", "0.3", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["done"] == ["bc"] and saved["complete"] is False
+    assert saved["measured_here"]["bc"]["stages"]["policy"]["flops_per_step"] == 1e9
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no partial file left
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--out", "no/such/folder/report.json"], "does not exist"),
+     (["--methods", "bc,gail"], "choose among bc, idm_labeling, lapo, lapo_plus"),
+     (["--batch", "0"], "positive minibatch")],
+)  # fmt: skip
+def test_wrong_arguments_are_refused_before_measuring(check, args, message, capsys):
+    with pytest.raises(SystemExit) as exit:
+        check.main(["--device", "cpu", *args])
+    assert exit.value.code == 2 and message in capsys.readouterr().err
