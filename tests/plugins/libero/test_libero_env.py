@@ -211,7 +211,7 @@ def smoke():
     """One vector env of two simulators (fixed initial states 0 and 1), reused by the tests
     below: building LIBERO's simulator is the slow part."""
     environment = Libero10Environment()
-    options = Libero10Options(protocol="smoke", max_steps=STEPS)
+    options = Libero10Options(protocol="smoke", max_steps=STEPS, frame_stack=4)
     task = environment.load(TASKS[0].id, options)
     venv = task.make_vec_env(2, seed=SEED)
     yield task, venv
