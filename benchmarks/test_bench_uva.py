@@ -18,9 +18,11 @@ proprio + 16 action tokens = 308 tokens.
 - ``test_encode``: the autoencoder's posterior mean for the 4 history frames of one call.
 - ``test_parameters``: parameter counts (backbone, heads, autoencoder), printed.
 
-Two sizes: ``small`` (``UVAOptions`` defaults, what CPU tests use) and ``paper``
-(``UVABaseOptions``: MAR-B width 768 x 24 blocks, KL-16 autoencoder, heads 6 x 1024,
-100 DDIM steps; marked ``slow``, tiny batch on a CPU). ``legacy`` is the small size with
+Two sizes: ``small`` (``UVAOptions`` at its ``small`` profile, what CPU tests use) and
+``paper`` (``UVABaseOptions``: MAR-B width 768 x 24 blocks, KL-16 autoencoder, heads 6 x 1024,
+at the default ``paper`` profile: 256-pixel frames, history stride 4, DDPM over 100 steps;
+marked ``slow``, tiny batch on a CPU). The two profiles side by side at ``uva``'s sizes:
+``benchmarks/test_bench_uva_profiles.py``. ``legacy`` is the small size with
 the options of ``LEGACY`` (ssilbench's UVA before the reference defaults: sequence layout,
 per-token action head, Adam, no EMA, no dropout), to compare with the defaults (fused
 layout, pooled action head, AdamW + EMA, dropout 0.1). On a CPU torch runs with one thread
@@ -55,7 +57,7 @@ SPEC = PushTTask("pusht", PushTOptions()).spec
 SIZES = ["small", "legacy", pytest.param("paper", marks=pytest.mark.slow)]
 # Windows per minibatch: the options' own (32) at the small size; the paper's 128 is GPU work.
 OPTIONS = {
-    "small": UVAOptions(vae_steps=0),
+    "small": UVAOptions(profile="small", vae_steps=0),
     "legacy": UVAOptions(vae_steps=0, **LEGACY),
     "paper": UVABaseOptions(vae_steps=0, batch_size=2 if CPU else 128),
 }
@@ -124,8 +126,10 @@ def _count(module: torch.nn.Module) -> int:
 
 def _obs(batch: int = 1) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
-    images = torch.randint(0, 256, (batch, 4, 96, 96, 3), generator=g, dtype=torch.uint8)
-    return {"obs": images.to(DEVICE), "agent_pos": (512 * torch.rand(batch, 4, 2)).to(DEVICE)}
+    stack = SPEC.frame_stack  # the paper profile reads t-12, t-8, t-4, t of it
+    images = torch.randint(0, 256, (batch, stack, 96, 96, 3), generator=g, dtype=torch.uint8)
+    agent_pos = 512 * torch.rand(batch, stack, 2)
+    return {"obs": images.to(DEVICE), "agent_pos": agent_pos.to(DEVICE)}
 
 
 def _time_training(benchmark, shared, view, mode: str, steps: int, rounds: int) -> None:
@@ -284,7 +288,8 @@ def _libero_shared(setup: str) -> tuple[Shared, UnlabeledView]:
     ctx = RunContext(config=None, spec=spec, labeled=None, unlabeled=view, video_model=None,
                      device=DEVICE, seed=0, plan=None, architectures=None,
                      evaluate=lambda policy: 0.0)  # fmt: skip
-    return Shared(ctx, UVAOptions(vae_steps=0, **LIBERO_SETUPS[setup])), view
+    options = UVAOptions(profile="small", vae_steps=0, **LIBERO_SETUPS[setup])
+    return Shared(ctx, options), view
 
 
 @pytest.mark.parametrize("mode", ["policy", "video"])

@@ -65,15 +65,22 @@ class Libero10Options(ChunkedControlOptions):
 
     model_config = ConfigDict(extra="forbid")
 
+    # The paper's four frames are UVA's t-12, t-8, t-4, t (its history stride 4): a stack of
+    # 13 holds them.
+    frame_stack: int = Field(
+        13, ge=1, le=32,
+        description="Frames of history per observation: 13 holds the paper's UVA history "
+        "(4 frames at stride 4); 4 holds 4 consecutive frames (UVA history_stride=1).",
+    )  # fmt: skip
     protocol: Literal["official", "paper", "uva", "smoke"] = Field(
-        "official",
-        description="Evaluation protocol, per task. 'official': LIBERO's (the task's first 20 "
-        "fixed initial states, 600 steps); 'paper': 10 fixed initial states per task, 600 "
-        "steps (100 rollouts over the ten tasks, the paper's count); 'uva': UVA's (3 seeded "
+        "paper",
+        description="Evaluation protocol, per task. 'paper' (default): 10 fixed initial states "
+        "per task, 600 steps (100 rollouts over the ten tasks, the paper's count); 'official': "
+        "LIBERO's (the task's first 20 fixed initial states, 600 steps); 'uva': UVA's (3 seeded "
         "random placements, 500 steps); 'smoke': 2 episodes of 20 steps, for CI.",
     )
     episodes: int | None = Field(
-        None, ge=1, description="Evaluation episodes; default: the protocol's (20, 3 or 2)."
+        None, ge=1, description="Evaluation episodes; default: the protocol's (10, 20, 3 or 2)."
     )
     max_steps: int | None = Field(
         None, ge=1, description="Episode time limit; default: the protocol's (600, 500 or 20)."

@@ -42,9 +42,17 @@ NORMALISER_SOURCE = "mean max reward clip(coverage/0.95, 0, 1) over the episodes
 
 
 class PushTOptions(ChunkedControlOptions):
-    """Options of the Push-T task (frame stack and action chunks: the paper's 4, 16, 8)."""
+    """Options of the Push-T task (action chunks: the paper's 16, 8 executed)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    # The paper's four frames are UVA's t-12, t-8, t-4, t (its history stride 4): a stack of
+    # 13 holds them.
+    frame_stack: int = Field(
+        13, ge=1, le=32,
+        description="Frames of history per observation: 13 holds the paper's UVA history "
+        "(4 frames at stride 4); 4 holds 4 consecutive frames (UVA history_stride=1).",
+    )  # fmt: skip
 
     eval_episodes: int = Field(50, ge=1, description="Seeded evaluation episodes (the paper's 50).")
     max_steps: int = Field(

@@ -25,9 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ssilbench.api import ConfigError, EnvSpec, Policy, RunContext, Stage
+from ssilbench.api import EnvSpec, Policy, RunContext, Stage
 from ssilbench.kit import (
-    LabeledView,
     RoleModel,
     SamplingPath,
     StageBudget,
@@ -38,84 +37,24 @@ from ssilbench.kit import (
     optimise,
     reuse_or_train,
 )
-from ssilbench_uva.actions import ActionCodec, check_representation, model_action_dim
+from ssilbench_uva import augment
+from ssilbench_uva.actions import ActionCodec
 from ssilbench_uva.autoencoder import KLAutoencoder
+from ssilbench_uva.batches import ENCODE_BATCH as _ENCODE_BATCH
+from ssilbench_uva.batches import Batches, full_loss, mode_loss
 from ssilbench_uva.checkpoints import load_autoencoder, load_backbone
 from ssilbench_uva.model import FusedUVANet, Layout, UVANet
 from ssilbench_uva.modes import Masks, mode_masks, modes_of
 from ssilbench_uva.options import UVABaseOptions, UVAOptions
+from ssilbench_uva.task_setup import (  # noqa: F401 (REFERENCE_SETUP: here as before)
+    REFERENCE_SETUP,
+    cameras,
+    conditioning,
+    layout_for,
+    resolve,
+    vectors,
+)
 from ssilbench_uva.training import fit
-from ssilbench_uva.windows import Windows, chunk_targets, make_windows
-
-_ENCODE_BATCH = 256
-
-
-# Environments whose UVA setup in the reference code ssilbench follows when an option is
-# "auto": LIBERO-10 (config/task/libero10.yaml: the agent-view camera and the language only,
-# actions with the rotation as rotation_6d). Elsewhere "auto" keeps every input and the
-# environment's actions.
-REFERENCE_SETUP: dict[str, dict[str, str]] = {
-    "libero10": {"inputs": "main", "actions": "rotation_6d"},
-}
-
-
-def resolve(spec: EnvSpec, o: UVAOptions) -> UVAOptions:
-    """The options for this task: ``auto`` inputs and actions replaced by the reference's
-    choice for the environment, the condition input sized for its conditioning vector."""
-    reference = REFERENCE_SETUP.get(spec.env_id.split(":", 1)[0], {})
-    update = {}
-    if o.inputs == "auto":
-        update["inputs"] = reference.get("inputs", "all")
-    if o.actions == "auto":
-        update["actions"] = reference.get("actions", "native")
-    o = with_condition(spec, o.model_copy(update=update) if update else o)
-    check_representation(spec, o.actions)  # type: ignore[arg-type]
-    return o
-
-
-def cameras(spec: EnvSpec, inputs: str = "all") -> list[str]:
-    """Image streams of a frame: the main one, then (``inputs=all``) every uint8 image extra."""
-    if inputs == "main":
-        return ["obs"]
-    extra = [
-        k for k, (shape, dtype) in spec.extra_obs.items() if len(shape) == 3 and dtype == "uint8"
-    ]
-    return ["obs", *extra]
-
-
-def vectors(spec: EnvSpec, inputs: str = "all") -> list[str]:
-    """Proprioceptive streams: every 1-D extra (agent position, joint states) but the
-    conditioning vector; none with ``inputs=main``."""
-    if inputs == "main":
-        return []
-    cond = conditioning(spec)
-    return [k for k, (shape, _) in spec.extra_obs.items()
-            if len(shape) == 1 and (cond is None or k != cond[0])]  # fmt: skip
-
-
-def conditioning(spec: EnvSpec) -> tuple[str, int] | None:
-    """The extra a multitask task conditions on (``metadata["conditioning"]["key"]``: a
-    per-frame vector, e.g. LIBERO-10's instruction embedding) and its width, or None."""
-    declared = spec.metadata.get("conditioning")
-    if not isinstance(declared, dict) or declared.get("key") not in spec.extra_obs:
-        return None
-    key = str(declared["key"])
-    return key, int(spec.extra_obs[key][0][0])
-
-
-def with_condition(spec: EnvSpec, o: UVAOptions) -> UVAOptions:
-    """The options with the network's condition input sized for the task's conditioning
-    vector (an explicit ``condition_dim`` must agree with it)."""
-    cond = conditioning(spec)
-    if cond is None:
-        return o
-    given = getattr(o, "condition_dim", None)
-    if given is not None and given != cond[1]:
-        raise ConfigError(
-            f"uva: {spec.env_id} conditions on '{cond[0]}' vectors of {cond[1]} numbers, "
-            f"but arch_options sets condition_dim={given}; leave condition_dim unset."
-        )
-    return o.model_copy(update={"condition_dim": cond[1]})
 
 
 def _side_budget(ctx: RunContext, name: str, steps: int) -> StageBudget:
@@ -170,58 +109,8 @@ def network(layout: Layout, o: UVAOptions) -> UVANet | FusedUVANet:
     return kind(layout, o.width, o.depth, o.heads, o.head_width, o.head_depth, o.action_head,
                 o.diffusion_steps, o.sample_steps, dropout=o.dropout,
                 condition_dim=o.condition_dim, condition_tokens=o.condition_tokens,
-                condition_drop=o.condition_drop)  # fmt: skip
-
-
-def layout_for(spec: EnvSpec, o: UVAOptions) -> Layout:
-    """Token counts of a window for this task; refuses image sizes the autoencoder cannot
-    downsample evenly and widths the heads do not divide."""
-    if "auto" in (o.inputs, o.actions):
-        o = resolve(spec, o)
-    downsample = 2 ** (len(o.vae_ch_mult) - 1)
-    size = (o.image_size, o.image_size) if o.image_size else spec.obs_shape[:2]
-    if any(s % downsample for s in size):
-        what = "images resized by image_size" if o.image_size else f"{spec.env_id}'s images"
-        hint = f" or an image_size divisible by {downsample}" if o.image_size else ""
-        raise ConfigError(
-            f"uva: {what} of {size[0]}x{size[1]} are not divisible by the "
-            f"autoencoder's downsampling {downsample} (vae_ch_mult has {len(o.vae_ch_mult)} "
-            f"levels); give arch_options a vae_ch_mult with fewer levels{hint}."
-        )
-    if o.width % o.heads:
-        raise ConfigError(f"uva: width {o.width} is not a multiple of heads {o.heads}.")
-    h, w = (s // downsample for s in size)
-    # Unset: as many history frames as the environment's frame stack holds at the stride.
-    history = o.history or (spec.frame_stack - 1) // o.history_stride + 1
-    if o.history is None and o.history_stride > 1 and o.token_layout == "fused":
-        # The fused layout needs one history frame per future frame: a stack too short for
-        # them is the frame stack's fault, which the check below names.
-        history = max(history, o.future)
-    if o.token_layout == "fused" and history != o.future:
-        raise ConfigError(
-            f"uva: the fused token layout pairs each future frame with a history frame, but "
-            f"there are {history} history frames and {o.future} future ones; set arch_options "
-            f"history and future to the same number, or token_layout=sequence."
-        )
-    span = (history - 1) * o.history_stride + 1
-    if o.history_stride > 1 and spec.frame_stack < span:
-        raise ConfigError(
-            f"uva: history_stride={o.history_stride} with {history} history frames reads frames "
-            f"t-{span - 1} .. t, {span} frames, but {spec.env_id}'s observations stack "
-            f"{spec.frame_stack}; give the environment -o frame_stack={span}, or lower "
-            "history_stride."
-        )
-    return Layout(
-        history=history,
-        future=o.future,
-        cameras=len(cameras(spec, o.inputs)),
-        patches=h * w,
-        latent=o.latent_channels,
-        chunk=o.chunk or spec.action_chunk,
-        action_dim=model_action_dim(spec, o.actions),  # type: ignore[arg-type]
-        proprio_dim=sum(spec.extra_obs[k][0][0] for k in vectors(spec, o.inputs)),
-        grid=(h, w),
-    )
+                condition_drop=o.condition_drop, diffusion=o.diffusion,
+                temperature=o.temperature)  # fmt: skip
 
 
 class Shared:
@@ -240,6 +129,8 @@ class Shared:
         labeled = ctx.labeled.actions if ctx.labeled is not None else None
         self.actions = ActionCodec(ctx.spec, o.actions, labeled, ctx.device)  # type: ignore[arg-type]
         self.vae = self._autoencoder(ctx)
+        # The stored images (memory maps), read again where training augments them.
+        self.images = self._streams(ctx.unlabeled)
         self.encoded = self._encode(ctx.unlabeled)
 
     # --- autoencoder ---------------------------------------------------------------------
@@ -288,9 +179,37 @@ class Shared:
             batch = images[i : i + _ENCODE_BATCH]
             if isinstance(batch, np.ndarray):
                 batch = torch.from_numpy(np.array(batch))  # a writable copy of the rows
-            z = self.vae.encode(_hwc_to_input(batch.to(self.device), self.options.image_size))
-            out.append(z.flatten(2).transpose(1, 2))
+            out.append(self._encode_chw(_hwc_to_input(batch.to(self.device))))
         return torch.cat(out)
+
+    def _encode_chw(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, 3, H, W) floats in [0, 1] -> raw latent tokens, resized to image_size first."""
+        size = self.options.image_size
+        if size is not None and tuple(images.shape[-2:]) != (size, size):
+            images = F.interpolate(images, size=(size, size), mode="bilinear",
+                                   align_corners=False)  # fmt: skip
+        return self.vae.encode(images).flatten(2).transpose(1, 2)
+
+    @torch.no_grad()
+    def augmented_tokens(self, frames: np.ndarray, generator: torch.Generator) -> torch.Tensor:
+        """Normalised tokens (N, F, cameras * patches, latent) of the stored frames
+        ``frames`` (N, F) after the ``augment`` transform, one draw per row of ``frames``
+        (a window), the same for every frame and camera of it."""
+        n, count = frames.shape
+        kind = self.options.augment
+        params = augment.draw(kind, n, generator)
+        rows, where = np.unique(frames.reshape(-1), return_inverse=True)
+        per_camera = []
+        for stream in self.images:
+            stored = torch.from_numpy(np.asarray(stream[rows]))[torch.from_numpy(where)]
+            images = _hwc_to_input(stored.to(self.device))  # (N * F, 3, H, W)
+            images = images.view(n, count, *images.shape[1:])
+            images = augment.apply(kind, images, params).flatten(0, 1)
+            z = torch.cat([self._encode_chw(images[i : i + _ENCODE_BATCH])
+                           for i in range(0, len(images), _ENCODE_BATCH)])  # fmt: skip
+            per_camera.append(z.view(n, count, *z.shape[1:]))
+        enc = self.encoded
+        return (torch.cat(per_camera, dim=2) - enc.latent_mean) / enc.latent_std
 
     def _encode(self, view: UnlabeledView) -> Encoded:
         per_camera = [self.encode_images(images) for images in self._streams(view)]
@@ -327,99 +246,6 @@ class Shared:
         return net.to(self.device)
 
 
-class Batches:
-    """Minibatches of windows of one view as model inputs (latent tokens, actions)."""
-
-    def __init__(self, shared: Shared, view: LabeledView | UnlabeledView,
-                 labels: np.ndarray | None = None) -> None:  # fmt: skip
-        lay = shared.layout
-        self.shared = shared
-        self.windows: Windows = make_windows(view.index, view.episode_ends, lay.history,
-                                             lay.future, lay.chunk,
-                                             shared.options.history_stride)  # fmt: skip
-        device = shared.device
-        self.history = torch.from_numpy(self.windows.history).to(device)
-        self.future = torch.from_numpy(self.windows.future).to(device)
-        # A multitask task's conditioning vector of each window: its current frame's,
-        # read per minibatch (the store keeps one row per task, not one per frame).
-        key = shared.condition_key
-        self._condition_rows = view.extras[key] if key is not None else None
-        self._current = self.windows.history[:, -1]
-        self.targets = self.known = None
-        if labels is not None:
-            self.targets = torch.as_tensor(labels, dtype=torch.float32, device=device)
-            self.known = torch.ones(self.targets.shape[:2], device=device)
-        elif isinstance(view, LabeledView):
-            actions, known = chunk_targets(self.windows, view.index, view.actions)
-            self.targets = shared.normalise_actions(torch.from_numpy(actions).to(device))
-            self.known = torch.from_numpy(known).float().to(device)
-
-    def __len__(self) -> int:
-        return len(self.windows)
-
-    def condition(self, rows) -> torch.Tensor | None:
-        """The conditioning vectors (B, C) of the windows ``rows`` (None: unconditioned)."""
-        if self._condition_rows is None:
-            return None
-        if isinstance(rows, torch.Tensor):
-            rows = rows.cpu().numpy()
-        frames = self._current[rows]
-        values = np.asarray(self._condition_rows[frames], dtype=np.float32)
-        return torch.from_numpy(values).to(self.shared.device)
-
-    def inputs(self, rows) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """History tokens (B, Th, C), future tokens (B, Tf, C), proprio (B, H, D)."""
-        enc = self.shared.encoded
-        hist, fut = self.history[rows], self.future[rows]
-        b = hist.shape[0]
-        latent = enc.tokens.shape[-1]
-        h_tok = enc.tokens[hist].reshape(b, -1, latent)
-        f_tok = enc.tokens[fut].reshape(b, -1, latent)
-        proprio = enc.proprio[hist] if enc.proprio is not None else None
-        return h_tok, f_tok, proprio
-
-
-def mode_loss(net: UVANet, batches: Batches, rows, mode: str, generator: torch.Generator,
-              min_mask_ratio: float) -> torch.Tensor:  # fmt: skip
-    """The loss of one mode on one minibatch of windows."""
-    hist, fut, proprio = batches.inputs(rows)
-    masks = mode_masks(mode, hist.shape[0], fut.shape[1], generator, min_mask_ratio,
-                       device=hist.device, masking=batches.shared.options.masking,
-                       frames=batches.shared.layout.future)  # fmt: skip
-    actions = batches.targets[rows] if batches.targets is not None else None
-    if actions is None and bool(masks.actions_visible.any()):
-        raise ValueError(f"UVA mode {mode!r} reads actions: it needs a labeled view or labels")
-    known = batches.known[rows] > 0 if actions is not None else None
-    out_future, out_actions = net(hist, fut, proprio, actions, masks, known,
-                                  condition=batches.condition(rows))  # fmt: skip
-    loss = hist.new_zeros(())
-    if masks.video_loss:
-        sel = masks.video_target
-        loss = loss + net.diffloss.loss(fut[sel], out_future[sel], generator=generator)
-    if masks.action_loss:
-        if actions is None:
-            raise ValueError(f"UVA mode {mode!r} needs action targets: a labeled view or labels")
-        weight = batches.known[rows].flatten()
-        loss = loss + net.action_head.loss(actions.flatten(0, 1), out_actions.flatten(0, 1),
-                                           weight=weight, generator=generator)  # fmt: skip
-    return loss
-
-
-@torch.no_grad()
-def full_loss(net: UVANet, batches: Batches, modes: tuple[str, ...],
-              min_mask_ratio: float, chunk: int = _ENCODE_BATCH) -> torch.Tensor:  # fmt: skip
-    """The stopping rule's training loss: every mode on every window, under fixed noise and
-    masks, so that two checks measure the same quantity."""
-    generator = torch.Generator().manual_seed(0)
-    total = 0.0
-    for mode in modes:
-        for start in range(0, len(batches), chunk):
-            rows = slice(start, min(start + chunk, len(batches)))
-            size = rows.stop - rows.start
-            total += float(mode_loss(net, batches, rows, mode, generator, min_mask_ratio)) * size
-    return torch.tensor(total / (len(batches) * len(modes)))
-
-
 class UVARoleModel(RoleModel):
     def __init__(self, shared: Shared, init_state: dict[str, torch.Tensor] | None,
                  net: UVANet | None = None) -> None:  # fmt: skip
@@ -441,7 +267,8 @@ class UVARoleModel(RoleModel):
             if isinstance(rows, slice) and not torch.is_grad_enabled():
                 return full_loss(net, batches, modes, o.min_mask_ratio)
             mode = modes[int(torch.randint(len(modes), (1,), generator=generator))]
-            return mode_loss(net, batches, rows, mode, generator, o.min_mask_ratio)
+            return mode_loss(net, batches, rows, mode, generator, o.min_mask_ratio,
+                             augmented=True)  # fmt: skip
 
         last = float("nan")
 

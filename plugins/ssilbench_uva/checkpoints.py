@@ -169,8 +169,9 @@ MAR_RENAMED = {"fake_latent": "condition.fake_latent"}
 """MAR's null-class latent is UVA's null condition (loaded only with ``condition_dim``)."""
 
 SLICED = ("diffloss.net.final_layer.linear.weight", "diffloss.net.final_layer.linear.bias")
-"""MAR's diffusion MLP predicts noise and variance (2 x 16 outputs); ssilbench's head predicts
-the noise only: the first 16 output rows load (the noise half of the reference's output)."""
+"""MAR's diffusion MLP predicts noise and variance (2 x 16 outputs), as the head does with
+``diffusion=ddpm``; with ``ddim`` it predicts the noise only: the first 16 output rows load
+(the noise half of the reference's output)."""
 
 KL_IGNORED_PREFIXES = ("loss.",)
 """Parts of an autoencoder checkpoint that are training losses (LPIPS, discriminator), not

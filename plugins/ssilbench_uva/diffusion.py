@@ -1,7 +1,9 @@
 """Per-token diffusion heads: a small MLP that denoises one target vector (a latent token of
 a future frame, or one action) conditioned on the transformer's output at that token.
 
-Training predicts the noise of a cosine-schedule DDPM; sampling runs deterministic DDIM
+Two kinds (the ``diffusion`` option): ``ddpm``, the reference's (``ssilbench_uva.ddpm``: the
+noise and a variance predicted, noise MSE + the variational bound, ancestral DDPM at a
+temperature), and ``ddim``: the noise of a cosine-schedule DDPM predicted, deterministic DDIM
 over fewer, evenly spaced steps. Module names follow the masked-autoregressive family's
 diffusion loss (``net.time_embed``, ``net.res_blocks.<i>``...), so its checkpoints load by
 name where sizes agree.
@@ -14,6 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ssilbench_uva import ddpm
 
 
 def cosine_alpha_bars(steps: int) -> torch.Tensor:
@@ -68,13 +72,13 @@ class _FinalLayer(nn.Module):
 
 class DenoiserMLP(nn.Module):
     def __init__(self, target: int, cond: int, width: int, depth: int,
-                 reference_init: bool = False) -> None:  # fmt: skip
+                 reference_init: bool = False, out: int | None = None) -> None:  # fmt: skip
         super().__init__()
         self.time_embed = _TimeEmbed(width)
         self.cond_embed = nn.Linear(cond, width)
         self.input_proj = nn.Linear(target, width)
         self.res_blocks = nn.ModuleList(_ResBlock(width) for _ in range(depth))
-        self.final_layer = _FinalLayer(width, target)
+        self.final_layer = _FinalLayer(width, out or target)
         # Zero-initialised modulation: each block starts as the identity (stable start).
         for block in self.res_blocks:
             nn.init.zeros_(block.adaLN_modulation[-1].weight)
@@ -107,38 +111,61 @@ class DenoiserMLP(nn.Module):
 
 
 class DiffusionHead(nn.Module):
-    """Noise-prediction loss and DDIM sampling of ``target``-sized vectors given ``cond``."""
+    """A diffusion loss and sampler of ``target``-sized vectors given ``cond``: ``kind``
+    ``ddpm`` (the reference's, see ``ssilbench_uva.ddpm``) or ``ddim`` (noise MSE, DDIM)."""
 
     def __init__(self, target: int, cond: int, width: int, depth: int,
                  train_steps: int = 100, sample_steps: int = 10,
-                 clip: float | None = None, reference_init: bool = False) -> None:  # fmt: skip
+                 clip: float | None = None, reference_init: bool = False,
+                 kind: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
         super().__init__()
-        self.net = DenoiserMLP(target, cond, width, depth, reference_init)
+        if kind not in ("ddpm", "ddim"):
+            raise ValueError(f"unknown diffusion {kind!r}: ddpm or ddim")
+        self.kind = kind
+        # ddpm also predicts the variance: twice the outputs (MAR-B's head has them all).
+        out = 2 * target if kind == "ddpm" else target
+        self.net = DenoiserMLP(target, cond, width, depth, reference_init, out=out)
         self.target = target
         # The x0 estimate at the noisiest levels divides by sqrt(alpha_bar) ~ 0: clipping it
         # to the targets' range (actions scaled to [-1, 1]) keeps sampling stable.
         self.clip = clip
+        self.temperature = temperature
         self.sample_steps = min(sample_steps, train_steps)
         self.register_buffer("alpha_bars", cosine_alpha_bars(train_steps), persistent=False)
+        if kind == "ddpm":
+            self.train_schedule = ddpm.Schedule.cosine(train_steps)
+            self.sample_schedule = self.train_schedule.respace(self.sample_steps)
 
     def loss(self, x0: torch.Tensor, cond: torch.Tensor, weight: torch.Tensor | None = None,
              generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
-        """Mean squared noise-prediction error over rows (weighted, e.g. by known labels)."""
+        """The mean loss over rows (weighted, e.g. by known labels): the noise-prediction
+        error (``ddim``), plus the variational bound (``ddpm``)."""
         n = len(x0)
         t = torch.randint(0, len(self.alpha_bars), (n,), generator=generator).to(x0.device)
         noise = torch.randn(x0.shape, generator=generator).to(x0.device)
-        bar = self.alpha_bars[t][:, None]
-        xt = bar.sqrt() * x0 + (1 - bar).sqrt() * noise
-        err = (self.net(xt, t, cond) - noise).pow(2).mean(dim=-1)
+        if self.kind == "ddpm":
+            err = ddpm.training_loss(self.net, self.train_schedule, x0, cond, t, noise)
+        else:
+            bar = self.alpha_bars[t][:, None]
+            xt = bar.sqrt() * x0 + (1 - bar).sqrt() * noise
+            err = (self.net(xt, t, cond) - noise).pow(2).mean(dim=-1)
         if weight is None:
             return err.mean()
         return (err * weight).sum() / weight.sum().clamp_min(1.0)
 
     @torch.no_grad()
     def sample(self, cond: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """DDIM (eta = 0) from pure noise over ``sample_steps`` steps."""
+        """From pure noise over ``sample_steps`` steps: DDPM at the head's temperature, or
+        DDIM (eta = 0)."""
         n = len(cond)
         x = torch.randn((n, self.target), generator=generator).to(cond.device)
+        if self.kind == "ddpm":
+
+            def noise() -> torch.Tensor:
+                return torch.randn((n, self.target), generator=generator).to(cond.device)
+
+            return ddpm.sample(self.net, self.sample_schedule, cond, x, noise,
+                               self.temperature, self.clip)  # fmt: skip
         total = len(self.alpha_bars)
         times = torch.linspace(total - 1, 0, self.sample_steps).round().long().tolist()
         for i, t in enumerate(times):

@@ -164,12 +164,23 @@ class ActionPooling(nn.Module):
 
 
 def _action_head(kind: str, layout: Layout, width: int, head_width: int, head_depth: int,
-                 train_steps: int, sample_steps: int,
-                 reference_init: bool) -> nn.Module:  # fmt: skip
+                 train_steps: int, sample_steps: int, reference_init: bool,
+                 diffusion: str = "ddim", temperature: float = 1.0) -> nn.Module:  # fmt: skip
     if kind == "linear":
         return LinearActionHead(layout.action_dim, width)
     return DiffusionHead(layout.action_dim, width, head_width, head_depth, train_steps,
-                         sample_steps, clip=1.0, reference_init=reference_init)  # fmt: skip
+                         sample_steps, clip=1.0, reference_init=reference_init,
+                         kind=diffusion, temperature=temperature)  # fmt: skip
+
+
+def _video_head(layout: Layout, width: int, head_width: int, head_depth: int,
+                train_steps: int, sample_steps: int, reference_init: bool,
+                diffusion: str, temperature: float) -> DiffusionHead:  # fmt: skip
+    # The reference samples latents unclipped (clip_denoised=False); DDIM clips them.
+    return DiffusionHead(layout.latent, width, head_width, head_depth, train_steps,
+                         sample_steps, clip=None if diffusion == "ddpm" else LATENT_CLIP,
+                         reference_init=reference_init, kind=diffusion,
+                         temperature=temperature)  # fmt: skip
 
 
 class _Condition(nn.Module):
@@ -206,7 +217,8 @@ class UVANet(nn.Module):
     def __init__(self, layout: Layout, width: int, depth: int, heads: int, head_width: int,
                  head_depth: int, action_head: str, train_steps: int, sample_steps: int, *,
                  dropout: float = 0.0, condition_dim: int | None = None,
-                 condition_tokens: int = 64, condition_drop: float = 0.1) -> None:  # fmt: skip
+                 condition_tokens: int = 64, condition_drop: float = 0.1,
+                 diffusion: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not a multiple of heads {heads}")
@@ -225,10 +237,11 @@ class UVANet(nn.Module):
         )
         self.norm = nn.LayerNorm(width, eps=1e-6)
         # Latent tokens are normalised to unit variance per channel; actions to [-1, 1].
-        self.diffloss = DiffusionHead(layout.latent, width, head_width, head_depth,
-                                      train_steps, sample_steps, clip=LATENT_CLIP)  # fmt: skip
+        self.diffloss = _video_head(layout, width, head_width, head_depth, train_steps,
+                                    sample_steps, False, diffusion, temperature)  # fmt: skip
         self.action_head = _action_head(action_head, layout, width, head_width, head_depth,
-                                        train_steps, sample_steps, False)  # fmt: skip
+                                        train_steps, sample_steps, False, diffusion,
+                                        temperature)  # fmt: skip
         # Built after the modules above, so that their initialisation is what it was.
         self.action_pool = (
             ActionPooling(width, layout.future, layout.chunk, layout.frame_grid)
@@ -297,7 +310,8 @@ class FusedUVANet(nn.Module):
     def __init__(self, layout: Layout, width: int, depth: int, heads: int, head_width: int,
                  head_depth: int, action_head: str, train_steps: int, sample_steps: int, *,
                  dropout: float = 0.1, condition_dim: int | None = None,
-                 condition_tokens: int = 64, condition_drop: float = 0.1) -> None:  # fmt: skip
+                 condition_tokens: int = 64, condition_drop: float = 0.1,
+                 diffusion: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not a multiple of heads {heads}")
@@ -339,12 +353,12 @@ class FusedUVANet(nn.Module):
         )  # fmt: skip
         self._initialise()
         # The heads keep their own initialisation, as in the reference (built after it).
-        self.diffloss = DiffusionHead(layout.latent, width, head_width, head_depth,
-                                      train_steps, sample_steps, clip=LATENT_CLIP,
-                                      reference_init=True)  # fmt: skip
+        self.diffloss = _video_head(layout, width, head_width, head_depth, train_steps,
+                                    sample_steps, True, diffusion, temperature)  # fmt: skip
         self.action_pool = ActionPooling(width, frames, layout.chunk, layout.frame_grid)
         self.action_head = _action_head(action_head, layout, width, head_width, head_depth,
-                                        train_steps, sample_steps, True)  # fmt: skip
+                                        train_steps, sample_steps, True, diffusion,
+                                        temperature)  # fmt: skip
         # Which action each of the frames x patches tokens carries: the chunk spread evenly
         # over the sequence (the reference repeats each of 16 actions over 64 tokens).
         n = frames * per_frame

@@ -8,7 +8,10 @@ channels; diffusion heads of 6 blocks of 1024) and its optimisation settings (le
 The defaults follow the UVA reference code (``ShuangLI59/unified_video_action``): fused
 tokens, the pooled action head, one truncated-normal mask ratio per batch, AdamW with a
 cosine schedule, EMA weights, dropout 0.1, bf16 on CUDA; on LIBERO-10 the agent-view camera
-(and the language condition) only and the 6-D rotation of its actions. What ssilbench did
+(and the language condition) only and the 6-D rotation of its actions. The profile ``paper``
+(the default) adds the reference's data and diffusion settings: 256-pixel frames, every fourth
+frame of history, DDPM with a learned variance sampled at temperature 0.95, its augmentation
+and its inputs; ``small`` keeps the CPU-fast settings (``PROFILES``). What ssilbench did
 before is one option away each (``docs/methods/uva.md``, "The reference code, the defaults and
 the options"); ``LEGACY`` collects them.
 """
@@ -19,9 +22,41 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+PROFILES: dict[str, dict[str, object]] = {
+    # The reference code's: img_size 256, select_frames (t-12, t-8, t-4, t), DiT's Gaussian
+    # diffusion with a learned variance over 1000 noise levels, sampled by DDPM over 100
+    # (config/model/uva.yaml, create_diffusion's default diffusion_steps).
+    "paper": {
+        "image_size": 256,
+        "history_stride": 4,
+        "diffusion": "ddpm",
+        "diffusion_steps": 1000,
+        "sample_steps": 100,
+    },
+    # CPU-fast: the frames as they are, consecutive history frames, DDIM on noise MSE over
+    # 100 levels, 10 sampling steps.
+    "small": {
+        "image_size": None,
+        "history_stride": 1,
+        "diffusion": "ddim",
+        "diffusion_steps": 100,
+        "sample_steps": 10,
+    },
+}
+"""The fields each profile sets when arch_options leave them out (``augment`` and ``inputs``
+depend on the environment as well: ``resolve`` in ``ssilbench_uva.task_setup``)."""
+
 
 class UVAOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    profile: Literal["paper", "small"] = Field(
+        "paper",
+        description="paper: the reference code's data and diffusion settings (256-pixel frames, "
+        "history stride 4, DDPM with a learned variance at temperature 0.95, its augmentation "
+        "and inputs); small: the CPU-fast ones (the frames as they are, stride 1, DDIM on noise "
+        "MSE, no augmentation, every input on Push-T). A field given explicitly wins.",
+    )
 
     # transformer backbone
     width: int = Field(64, ge=8, description="Token width.")
@@ -46,8 +81,28 @@ class UVAOptions(BaseModel):
         "diffusion MLP on each action token's output (sequence layout); linear: a linear map "
         "with SmoothL1 (beta 1) on the same features.",
     )
-    diffusion_steps: int = Field(100, ge=2, description="Noise levels of the diffusion heads.")
-    sample_steps: int = Field(10, ge=1, description="DDIM steps per sample.")
+    diffusion_steps: int = Field(
+        1000,
+        ge=2,
+        description="Noise levels of the diffusion heads. Default: the profile's "
+        "(paper 1000, the reference's; small 100).",
+    )
+    sample_steps: int = Field(
+        100,
+        ge=1,
+        description="Denoising steps per sample. Default: the profile's (paper 100, "
+        "the reference's; small 10).",
+    )
+    diffusion: Literal["ddpm", "ddim"] = Field(
+        "ddpm",
+        description="ddpm: the reference's Gaussian diffusion (noise and a variance predicted, "
+        "noise MSE + the variational bound; ancestral DDPM over sample_steps respaced steps, "
+        "its noise scaled by temperature); ddim: noise MSE, deterministic DDIM. Default: the "
+        "profile's.",
+    )
+    temperature: float = Field(
+        0.95, gt=0, description="diffusion=ddpm: scale of the sampling noise (reference 0.95)."
+    )
     # optional conditioning input (e.g. a language embedding per window)
     condition_dim: int | None = Field(
         None, ge=1, description="Width of a conditioning vector per window; None = none."
@@ -64,7 +119,8 @@ class UVAOptions(BaseModel):
         "auto",
         description="main: the main camera only (and a multitask task's conditioning vector); "
         "all: every camera and proprioceptive extra of the environment; auto: the reference's "
-        "setup where ssilbench follows its config (libero10: main), all elsewhere.",
+        "setup where ssilbench follows its config (libero10 and, with profile paper, pusht: "
+        "main), all elsewhere.",
     )
     actions: Literal["auto", "rotation_6d", "native"] = Field(
         "auto",
@@ -75,23 +131,33 @@ class UVAOptions(BaseModel):
     )
     # window
     history: int | None = Field(
-        None, ge=1, description="History frames; None = as many as the env's frame stack holds "
-        "at history_stride (stride 1: the stack).",
+        None, ge=1, description="History frames; None = as many as future frames (the "
+        "reference's 4); the sequence layout takes fewer where the frame stack holds fewer.",
     )  # fmt: skip
     history_stride: int = Field(
-        1,
+        4,
         ge=1,
         description="Frames between history frames: t-(history-1)*stride .. t (the reference: "
-        "4, t-12 .. t; needs an environment frame stack of (history-1)*stride+1).",
+        "4, t-12 .. t; needs an environment frame stack of (history-1)*stride+1). Default: the "
+        "profile's (paper 4, small 1).",
     )
     future: int = Field(4, ge=1, description="Future frames (spread over the action chunk).")
     chunk: int | None = Field(None, ge=1, description="Actions per chunk; None = the env's.")
     # image autoencoder
     image_size: int | None = Field(
-        None,
+        256,
         ge=16,
         description="Side of the square images the autoencoder sees, resized bilinearly from "
-        "the environment's frames; None = the frames as they are (the reference: 256).",
+        "the environment's frames; None = the frames as they are. Default: the profile's "
+        "(paper 256, the reference's; small None).",
+    )
+    augment: Literal["auto", "colour_jitter", "crop_blur", "none"] = Field(
+        "auto",
+        description="Training images, the same draw for every frame of a window: colour_jitter "
+        "(brightness, contrast, saturation 0.2, hue 0.05; the reference on LIBERO-10); "
+        "crop_blur (a 95% crop resized back and a Gaussian blur, each with probability 0.5; "
+        "the reference on Push-T); none; auto: the profile's (paper: the reference's for the "
+        "environment, small: none).",
     )
     vae_ch: int = Field(8, ge=4, description="Autoencoder base channels (KL-16: 128).")
     vae_ch_mult: tuple[int, ...] = Field((1, 1, 2, 2, 4), description="Channel multipliers.")
@@ -151,6 +217,14 @@ class UVAOptions(BaseModel):
     )
     init_seed: int = Field(0, description="Seed of the shared initialisation and pretraining.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data: object) -> object:
+        # The profile fills the fields arch_options leave out (an explicit null is kept).
+        if isinstance(data, dict) and data.get("profile", "paper") in PROFILES:
+            return {**PROFILES[data.get("profile", "paper")], **data}
+        return data
+
     @model_validator(mode="after")
     def _combinations(self) -> UVAOptions:
         if self.token_layout == "fused" and self.action_head == "per_token":
@@ -162,6 +236,7 @@ class UVAOptions(BaseModel):
 
 
 LEGACY: dict[str, object] = {
+    "profile": "small",
     "token_layout": "sequence",
     "action_head": "per_token",
     "masking": "uniform",

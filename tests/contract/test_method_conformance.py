@@ -15,6 +15,7 @@ from ssilbench.testing import ConformanceError, check_method, load_plugins, rand
 PLUGINS = load_plugins()
 # UVA at its smallest (as its own tests run it), on Push-T frames of random content.
 TINY_UVA = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip

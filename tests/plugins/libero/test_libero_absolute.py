@@ -63,8 +63,9 @@ def test_absolute_spec_bounds_names_and_layout():
     assert "absolute" not in delta.metadata["action_layout"] and "control" not in delta.metadata
     # A new protocol under absolute; delta's fingerprints are those from before the option.
     assert _fingerprint(spec) != _fingerprint(delta)
-    before = environment.load("bowl-drawer", Libero10Options(control="delta")).spec
-    assert _fingerprint(before) == "95bf234533a90ca7"
+    # (under the defaults of then: LIBERO's protocol, a stack of 4 frames)
+    earlier = Libero10Options(control="delta", protocol="official", frame_stack=4)
+    assert _fingerprint(environment.load("bowl-drawer", earlier).spec) == "95bf234533a90ca7"
     multi = environment.load("all", ABSOLUTE).spec
     assert multi.metadata["action_layout"]["absolute"] == [0, 1, 2, 3, 4, 5]
     assert multi.action_high == spec.action_high
@@ -272,6 +273,7 @@ def test_absolute_import_and_rollout_follow_the_delta_episode(recorded, tmp_path
 
 # A tiny model: seconds per run on a CPU (the point is the pipeline, not the score).
 TINY = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip

@@ -70,13 +70,13 @@ def test_spec_of_every_task():
         assert spec.action_kind == "continuous" and spec.num_actions == 7
         assert spec.action_low == (-1.0,) * 7 and spec.action_high == (1.0,) * 7
         assert spec.action_names[-1] == "gripper"
-        assert (spec.frame_stack, spec.action_chunk, spec.action_execute) == (4, 16, 8)
+        assert (spec.frame_stack, spec.action_chunk, spec.action_execute) == (13, 16, 8)
         assert spec.budget_unit == "demonstrations" and spec.default_arch == "uva"
         assert spec.episode_score == "return" and spec.report == "final"
-        assert (spec.eval_episodes, spec.horizon) == (20, 600)  # LIBERO's protocol
+        assert (spec.eval_episodes, spec.horizon) == (10, 600)  # the paper's 100 rollouts
         assert spec.normaliser(0.45) == pytest.approx(0.45)
         assert spec.metadata["language_instruction"] == language
-        assert spec.metadata["bddl"] == task.bddl and spec.metadata["protocol"] == "official"
+        assert spec.metadata["bddl"] == task.bddl and spec.metadata["protocol"] == "paper"
         assert spec.metadata["cameras"] == {"obs": "agentview", "wrist": "robot0_eye_in_hand"}
         json.dumps(spec.metadata)  # metadata goes into result files
 
@@ -84,12 +84,14 @@ def test_spec_of_every_task():
 def test_every_spec_declares_its_action_layout_outside_the_protocol():
     """The action layout (for UVA's 6-D rotation) is metadata: descriptive, left out of the
     protocol fingerprint (ssilbench.runs.identity, metadata excluded), so declaring it kept
-    every libero10 fingerprint and run id. The values are those from before the declaration."""
+    every libero10 fingerprint and run id. The values are those from before the declaration,
+    under the defaults of then (LIBERO's protocol, a stack of 4 frames)."""
     environment = Libero10Environment()
     layout = {"position": [0, 1, 2], "axis_angle": [3, 4, 5], "gripper": [6]}
     before = {"all": "36b98b891ca3b268", "bowl-drawer": "95bf234533a90ca7"}
+    earlier = Libero10Options(protocol="official", frame_stack=4)
     for task, fingerprint in before.items():
-        spec = environment.load(task, Libero10Options()).spec
+        spec = environment.load(task, earlier).spec
         assert spec.metadata["action_layout"] == layout
         assert [spec.action_names[i] for i in layout["axis_angle"]] == ["droll", "dpitch", "dyaw"]
         doc = spec.model_dump(mode="json", exclude={"metadata"})
@@ -209,7 +211,7 @@ def smoke():
     """One vector env of two simulators (fixed initial states 0 and 1), reused by the tests
     below: building LIBERO's simulator is the slow part."""
     environment = Libero10Environment()
-    options = Libero10Options(protocol="smoke", max_steps=STEPS)
+    options = Libero10Options(protocol="smoke", max_steps=STEPS, frame_stack=4)
     task = environment.load(TASKS[0].id, options)
     venv = task.make_vec_env(2, seed=SEED)
     yield task, venv

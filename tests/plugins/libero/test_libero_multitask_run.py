@@ -17,6 +17,7 @@ from ssilbench_libero.tasks import TASKS
 from .test_libero_data import write_task_file
 
 TINY = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip

@@ -39,7 +39,7 @@ def test_spec():
     assert spec.action_kind == "continuous" and spec.num_actions == 2
     assert spec.action_low == (0.0, 0.0) and spec.action_high == (512.0, 512.0)
     assert spec.extra_obs == {"agent_pos": ((2,), "float32")}
-    assert (spec.frame_stack, spec.action_chunk, spec.action_execute) == (4, 16, 8)
+    assert (spec.frame_stack, spec.action_chunk, spec.action_execute) == (13, 16, 8)
     assert spec.horizon == 300 and spec.eval_episodes == 50
     assert spec.episode_score == "max_reward" and spec.report == "final"
     assert spec.budget_unit == "demonstrations" and spec.default_arch == "uva"
@@ -63,7 +63,7 @@ def test_options_and_names_are_checked():
     with pytest.raises(ValueError):
         PushTOptions(max_steps=301)
     assert PushTOptions().model_dump() == {
-        "frame_stack": 4,
+        "frame_stack": 13,
         "action_chunk": 16,
         "action_execute": 8,
         "eval_episodes": 50,

@@ -14,6 +14,7 @@ from ssilbench.testing import load_plugins, offline_context
 from ssilbench_uva.architecture import Batches, conditioning, vectors
 
 TINY = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
     "future": 2,

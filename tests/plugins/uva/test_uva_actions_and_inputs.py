@@ -27,6 +27,7 @@ from ssilbench_uva.options import LEGACY, UVAOptions
 from ssilbench_uva.windows import make_windows
 
 TINY = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
     "future": 2,
@@ -178,15 +179,22 @@ def test_native_actions_are_the_bounds_scaling_as_before():
 
 
 # --- which options a task gets -----------------------------------------------------------------
-def test_auto_is_the_references_setup_on_libero10_only():
-    on_libero = resolve(libero_like(), UVAOptions())
-    assert (on_libero.inputs, on_libero.actions) == ("main", "rotation_6d")
-    elsewhere = resolve(libero_like("pusht:x"), UVAOptions())
-    assert (elsewhere.inputs, elsewhere.actions) == ("all", "native")
-    chosen = resolve(libero_like(), UVAOptions(inputs="all", actions="native"))
-    assert (chosen.inputs, chosen.actions) == ("all", "native")
+def test_auto_is_the_references_setup_by_profile():
+    lib = resolve(libero_like(), UVAOptions())
+    assert (lib.inputs, lib.actions, lib.augment) == ("main", "rotation_6d", "colour_jitter")
+    # Push-T as the reference feeds it: the image only (no agent_pos), cropped and blurred.
+    pusht = resolve(libero_like("pusht:x"), UVAOptions())
+    assert (pusht.inputs, pusht.actions, pusht.augment) == ("main", "native", "crop_blur")
+    small = resolve(libero_like("pusht:x"), UVAOptions(profile="small"))
+    assert (small.inputs, small.actions, small.augment) == ("all", "native", "none")
+    small_libero = resolve(libero_like(), UVAOptions(profile="small"))
+    assert (small_libero.inputs, small_libero.augment) == ("main", "none")
+    elsewhere = resolve(libero_like("other:x"), UVAOptions())
+    assert (elsewhere.inputs, elsewhere.actions, elsewhere.augment) == ("all", "native", "none")
+    chosen = resolve(libero_like(), UVAOptions(inputs="all", actions="native", augment="none"))
+    assert (chosen.inputs, chosen.actions, chosen.augment) == ("all", "native", "none")
     legacy = resolve(libero_like(), UVAOptions(**LEGACY))
-    assert (legacy.inputs, legacy.actions) == ("all", "native")
+    assert (legacy.inputs, legacy.actions, legacy.augment) == ("all", "native", "none")
 
 
 def test_main_inputs_drop_the_wrist_camera_and_proprioception():
@@ -273,9 +281,13 @@ def test_a_strided_history_needs_a_frame_stack_that_covers_it():
         layout_for(spec, UVAOptions(**{**TINY, "history": 4, "future": 4}, history_stride=4))
     deep = spec.model_copy(update={"frame_stack": 13})
     lay = layout_for(deep, UVAOptions(**{**TINY, "future": 4}, history_stride=4))
-    assert lay.history == 4  # unset: as many as 13 stacked frames hold at stride 4
-    assert layout_for(deep, UVAOptions(**{**TINY, "future": 4, "token_layout": "sequence"},
-                                       action_head="linear")).history == 13  # fmt: skip
+    assert lay.history == 4  # unset: as many as future frames (t-12, t-8, t-4, t)
+    sequence = {**TINY, "future": 4, "token_layout": "sequence"}
+    assert layout_for(deep, UVAOptions(**sequence, action_head="linear")).history == 4
+    # The sequence layout takes fewer where the stack holds fewer at the stride.
+    short = spec.model_copy(update={"frame_stack": 5})
+    assert layout_for(short, UVAOptions(**sequence, action_head="linear",
+                                        history_stride=4)).history == 2  # fmt: skip
 
 
 def test_the_policy_reads_every_fourth_stacked_frame(tmp_path):
@@ -317,8 +329,9 @@ def test_image_size_resizes_what_the_autoencoder_sees(tmp_path):
     ("env", "arch", "message"),
     [
         ("pusht", {"actions": "rotation_6d"}, "pusht:pusht declares no axis-angle"),
-        ("libero10:bowl-drawer", {"history_stride": 4},
-         "reads frames t-12 .. t, 13 frames, but libero10:bowl-drawer's observations stack 4"),
+        ("pusht", {"profile": "large"}, "'profile': Input should be 'paper' or 'small'"),
+        ("libero10:bowl-drawer", {"history_stride": 5},
+         "reads frames t-15 .. t, 16 frames, but libero10:bowl-drawer's observations stack 13"),
     ],
 )  # fmt: skip
 def test_the_cli_refuses_impossible_settings_before_any_data(cli, env, arch, message):

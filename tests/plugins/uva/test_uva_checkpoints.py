@@ -94,13 +94,16 @@ def test_mar_b_maps_onto_the_fused_network(pusht_spec):
         assert float(mapped[key].flatten()[0]) == ids[key], key
         assert mapped[key].shape == own[key]
     assert float(mapped["condition.fake_latent"][0, 0]) == ids["fake_latent"]
-    # the noise half of MAR's noise-and-variance output layer
+    # MAR's noise-and-variance output layer, whole: the default diffusion (ddpm) predicts both
     final = "diffloss.net.final_layer.linear.weight"
-    assert mapped[final].shape == own[final] == (16, 1024)
+    assert mapped[final].shape == own[final] == (32, 1024)
     loaded = sum(own[k].numel() for k in mapped)
-    # of 207.9M: all but the class embedding, the mask token, MAR's three position
-    # embeddings and the variance half of the output layer
-    assert round(loaded / 1e6, 1) == 206.5
+    # of 207.9M: all but the class embedding, the mask token and MAR's three position
+    # embeddings
+    assert loaded == 206_467_872
+    # diffusion=ddim predicts the noise only: the noise half of the output layer loads
+    ddim = _base_net(pusht_spec, condition_dim=512, diffusion="ddim")
+    assert ck.map_mar(state, ddim, "backbone", "mar_b.pth")[0][final].shape == (16, 1024)
 
 
 def test_mar_b_without_conditioning_and_in_the_sequence_layout(pusht_spec):
@@ -183,9 +186,10 @@ def test_mar_b_into_a_model_of_other_sizes_is_refused(pusht_spec, tmp_path):
     torch.save({"model_ema": state}, path)
     with pytest.raises(ConfigError, match="12 heads; this model has 4"):
         UVA().check(pusht_spec, UVAOptions(backbone_checkpoint=str(path)))
-    # by_name keeps the earlier behaviour: whatever matches by name and shape (here nothing)
+    # by_name keeps the earlier behaviour: whatever matches by name and shape (here nothing
+    # with the noise-only head of ddim; ddpm's output bias has MAR-B's 32 numbers)
     with pytest.raises(ConfigError, match="none of its 364 tensors matches"):
-        UVA().check(pusht_spec, UVAOptions(backbone_checkpoint=str(path),
+        UVA().check(pusht_spec, UVAOptions(backbone_checkpoint=str(path), diffusion="ddim",
                                            checkpoint_layout="by_name"))  # fmt: skip
 
 

@@ -274,6 +274,7 @@ def test_weight_decay_spares_biases_norms_and_vectors():
 # --- on a Push-T-shaped task ------------------------------------------------------------------
 
 TINY = {
+    "profile": "small",
     "width": 32, "depth": 2, "heads": 2, "head_width": 32, "head_depth": 1, "sample_steps": 2,
     "diffusion_steps": 10, "vae_steps": 3, "pretrain_steps": 3, "batch_size": 4, "vae_batch": 4,
 }  # fmt: skip
