@@ -90,8 +90,11 @@ def _names(value: list[str]) -> list[str]:
 
 
 def _config(value: dict[str, Any]) -> dict[str, Any]:
-    """Config values: scalars (a list here would read as an axis, which config has not)."""
-    return {key: _scalar(v, f"config '{key}'") for key, v in value.items()}
+    """Config values: scalars, or tables for a config field that holds one (UVA's
+    ``arch_options``, as ``-c arch_options='{...}'`` gives it); a list here would read as an
+    axis, which config has not."""
+    return {key: check_json(v, f"config '{key}'") if isinstance(v, dict)
+            else _scalar(v, f"config '{key}'") for key, v in value.items()}  # fmt: skip
 
 
 class Block(RunSettings):

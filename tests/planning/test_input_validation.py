@@ -216,6 +216,10 @@ SWEEP_CASES = [
         ('panel = "positions"', 'panel = "positions"\nconfig = { lr = inf }'),
         "'block[1].config': config 'lr' is inf",
     ),
+    (
+        ('panel = "positions"', 'panel = "positions"\nconfig = { arch_options = { w = nan } }'),
+        "'block[1].config': config 'arch_options'.w is nan",
+    ),
     (("budgets = [16]", "budgets = [inf]"), "'block[1].budgets': Label budget 'inf'"),
     (("budgets = [16]", "budgets = [true]"), "'block[1].budgets': Label budget True"),
     (('methods = ["bc"]', 'methods = [""]'), "'block[1].methods': names must not be empty"),
