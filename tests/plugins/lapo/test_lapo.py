@@ -384,10 +384,11 @@ def test_the_latent_policy_is_one_per_game_unless_trained_per_seed(data_root, tm
     [_, own, _] = LAPO().stages(LAPOConfig(latent_policy_seed=None), 120_000, None, False)
     assert (shared.per, own.per) == ((), ("seed",)) and shared.share != own.share
     cache = tmp_path / "cache"
-    _run(data_root, "lapo", seed=0, cache=cache)
-    other_seed = _run(data_root, "lapo", seed=1, cache=cache)
+    _run(data_root, "lapo", seed=0, steps=30, cache=cache)
+    other_seed = _run(data_root, "lapo", seed=1, steps=30, cache=cache)
     assert other_seed.stages["latent_policy"].get("reused") is not None
-    per_seed = _run(data_root, "lapo", seed=1, config={"latent_policy_seed": None}, cache=cache)
+    per_seed = _run(data_root, "lapo", seed=1, steps=30, config={"latent_policy_seed": None},
+                    cache=cache)  # fmt: skip
     assert "reused" not in per_seed.stages["latent_policy"]
 
 
