@@ -66,6 +66,29 @@ class EnvSpec(BaseModel):
     eval_episodes: int
     eval_every: int
     eval_seed: int = 12345
+    eval_starts: Literal["fixed", "fresh"] = "fixed"
+    """Start states of the evaluations. ``fixed``: every evaluation resets the vector
+    environment with ``eval_seed``, so each one meets the same start states. ``fresh``: the
+    evaluation at step t resets it with a seed drawn from (``eval_seed``, the run's seed, t),
+    so each one meets new start states (Procgen's fresh levels), as deterministic as fixed
+    ones and the same for every method run with that seed."""
+    eval_counting: Literal["first_per_env", "first_to_finish"] = "first_per_env"
+    """Which episodes an evaluation scores. ``first_per_env``: the first episode of each of
+    the ``eval_episodes`` sub-environments, each played to its end. ``first_to_finish``: the
+    episodes in the order they end across the sub-environments, each of which starts a new
+    one when one ends, until ``eval_episodes`` have ended; all those ending on the step that
+    reaches the count are scored (Procgen's reference code), so short episodes weigh more."""
+
+    @model_serializer(mode="wrap")
+    def _serialise(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Fields added after runs were recorded: at their defaults a spec serialises, and its
+        # protocol fingerprint stays, as before they existed (as ``omitted_at_default``).
+        data = handler(self)
+        for name in ("eval_starts", "eval_counting"):
+            if name in data and getattr(self, name) == type(self).model_fields[name].default:
+                del data[name]
+        return data
+
     action_selection: Literal["greedy", "sample"] = "sample"
     default_steps: int
     default_arch: str

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ssilbench.api import ArchitectureName, EnvSpec, Policy, Stage
+from ssilbench.api import ArchitectureName, EnvSpec, Policy, Stage, omitted_at_default
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
+    REFERENCE_WARMUP_STEPS,
     LearningRate,
     MethodConfig,
     StageBatchSize,
     Standardisation,
     UnifiedOptions,
+    WarmupSteps,
 )
 
 
@@ -27,6 +29,11 @@ class BCConfig(MethodConfig):
         True, description="False: leave the goal features out of the input (BC rather than BC_G)."
     )
     arch_options: UnifiedOptions
+    warmup_steps: WarmupSteps = REFERENCE_WARMUP_STEPS
+
+    # warmup_steps came after runs were recorded and applies only to architectures with a
+    # warm-up (impala's): at its default, the runs of the others keep their run ids.
+    _serialise = omitted_at_default("warmup_steps")
 
 
 class BC(common.BaselineMethod):

@@ -26,6 +26,7 @@ from ssilbench.kit import (
     trainable,
     unified,
 )
+from ssilbench_baselines.config import warmed_up
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,7 +111,7 @@ def fit_stages(
         batch_sizes=[batch_size(batch or cfg.batch_size, arch, len(x)) for x in inputs],
         seeds=[ctx.stream_seed(stage) for ctx in ctxs],
         rule=ctxs[0].stopping,
-        schedule=arch.lr_schedule,
+        schedule=warmed_up(arch.lr_schedule, cfg.warmup_steps),
         speed=speed_of(arch, ctxs[0].device),
     )
 

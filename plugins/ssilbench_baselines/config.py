@@ -7,11 +7,13 @@ as JSON).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import ArchOptions
+from ssilbench.kit import WarmupLinear
 
 
 class MethodConfig(BaseModel):
@@ -42,3 +44,21 @@ UnifiedOptions = Annotated[
     ArchOptions,
     Field(default_factory=dict, description="Settings of a unified architecture (e.g. UVA's)."),
 ]
+WarmupSteps = Annotated[
+    int | None,
+    Field(
+        ge=0,
+        description="Warm-up of an architecture's learning-rate schedule (impala's), in steps "
+        "(the reference code's: 1000); None: the architecture's share of each stage (1/60).",
+    ),
+]
+REFERENCE_WARMUP_STEPS = 1000
+"""The paper's Procgen code warms every stage up over its first 1,000 steps, however long."""
+
+
+def warmed_up(schedule: WarmupLinear | None, warmup_steps: int | None) -> WarmupLinear | None:
+    """An architecture's schedule with the config's warm-up: ``warmup_steps`` steps, or the
+    schedule's own share of the stage when None. Architectures without one keep none."""
+    if schedule is None:
+        return None
+    return replace(schedule, warmup_steps=warmup_steps)

@@ -1,9 +1,9 @@
 """IDM labeling (VPT-style): fit an IDM h(a | s, s') on D_L, label D_U with it, clone a policy.
 
 Stage 1 fits the IDM on the labeled transitions. Stage 2 freezes it and fits pi(a | s) on
-every unlabeled transition by minimising -E_{h(a|s,s')} log pi(a | s): the paper's objective
-with soft labels (the default), or cross-entropy to argmax h (``labels="hard"``, as the
-paper's Procgen code did).
+every unlabeled transition by cross-entropy to argmax h (hard labels, the default, as the
+paper's Procgen code labels), or by minimising -E_{h(a|s,s')} log pi(a | s) (``labels="soft"``,
+the objective as the paper writes it).
 """
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ssilbench.api import ArchitectureName, EnvSpec, Policy, RunContext, Stage
+from ssilbench.api import ArchitectureName, EnvSpec, Policy, RunContext, Stage, omitted_at_default
 from ssilbench.kit import ArgmaxRows, RowSource
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
+    REFERENCE_WARMUP_STEPS,
     LearningRate,
     MethodConfig,
     StageBatchSize,
     Standardisation,
     UnifiedOptions,
+    WarmupSteps,
 )
 
 CONFIDENT = 0.9
@@ -54,7 +56,9 @@ class IDMLabelingConfig(MethodConfig):
         None, description="Network of both the IDM and the policy; None = environment default."
     )
     labels: Literal["soft", "hard"] = Field(
-        "soft", description="soft: expectation under the IDM (paper); hard: its argmax."
+        "hard",
+        description="hard: the IDM's argmax (the paper's code); soft: the expectation under "
+        "the IDM (the paper's text).",
     )
     idm_fraction: float = Field(
         0.5, gt=0, lt=1, description="Share of the step budget for the IDM stage (paper: 1/2)."
@@ -69,6 +73,11 @@ class IDMLabelingConfig(MethodConfig):
         True, description="False: leave the goal features out of the IDM's and the policy's inputs."
     )
     arch_options: UnifiedOptions
+    warmup_steps: WarmupSteps = REFERENCE_WARMUP_STEPS
+
+    # warmup_steps came after runs were recorded and applies only to architectures with a
+    # warm-up (impala's): at its default, the runs of the others keep their run ids.
+    _serialise = omitted_at_default("warmup_steps")
 
 
 class IDMLabeling(common.BaselineMethod):

@@ -27,7 +27,14 @@ def ssilbench_register_architectures(registry):
         "cnn5", "ssilbench_baselines.architectures:CNN5", "3 conv-ReLU-maxpool blocks, 2 FC 128."
     )
     registry.add(
-        "impala", "ssilbench_baselines.impala:Impala", "IMPALA-CNN x4 + action MLP (128,128)."
+        "impala",
+        "ssilbench_baselines.impala:Impala",
+        "IMPALA-CNN x4 + linear 128 + decoder (192,128,64) (the paper's code).",
+    )
+    registry.add(
+        "impala_mlp",
+        "ssilbench_baselines.impala:ImpalaMLP",
+        "IMPALA-CNN x4 + action MLP (128,128) (the paper's text).",
     )
     registry.add(
         "impala_small", "ssilbench_baselines.impala:ImpalaSmall", "IMPALA-CNN x1 (CPU-sized)."

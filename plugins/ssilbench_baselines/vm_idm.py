@@ -33,11 +33,14 @@ from ssilbench.kit import (
 )
 from ssilbench_baselines import common
 from ssilbench_baselines.config import (
+    REFERENCE_WARMUP_STEPS,
     LearningRate,
     MethodConfig,
     StageBatchSize,
     Standardisation,
     UnifiedOptions,
+    WarmupSteps,
+    warmed_up,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +67,7 @@ class VMIDMConfig(MethodConfig):
         "(VM*_G-IDM rather than VM*_G-IDM_G).",
     )
     arch_options: UnifiedOptions
+    warmup_steps: WarmupSteps = REFERENCE_WARMUP_STEPS
     pairing: Literal["initial", "finetuned"] = Field(
         "initial",
         description="Unified architectures (UVA) only. initial (the paper's): the IDM, trained "
@@ -72,10 +76,11 @@ class VMIDMConfig(MethodConfig):
         "video mode on D_U, then inverse mode on D_L, sampled as both.",
     )
 
-    # pairing came after runs were recorded and changes nothing but unified models' runs
-    # (whose plugin declares a new results revision): at its default, the other runs keep
-    # their run ids.
-    _serialise = omitted_at_default("pairing")
+    # pairing and warmup_steps came after runs were recorded; pairing changes nothing but
+    # unified models' runs (whose plugin declares a new results revision), warmup_steps
+    # applies only to architectures with a warm-up (impala's): at their defaults, the other
+    # runs keep their run ids.
+    _serialise = omitted_at_default("pairing", "warmup_steps")
 
 
 def _unified(cfg: VMIDMConfig, spec: EnvSpec) -> bool:
@@ -161,7 +166,7 @@ class VMIDM(common.BaselineMethod):
             batch_size=common.batch_size(cfg.batch_size, vm_arch, len(unlabeled)),
             seed=ctx.stream_seed("video_model"),
             rule=ctx.stopping,
-            schedule=vm_arch.lr_schedule,
+            schedule=warmed_up(vm_arch.lr_schedule, cfg.warmup_steps),
             speed=speed,
         )  # fmt: skip
         return RegressionVideoModel(vm_net.eval(), spec.obs_shape)

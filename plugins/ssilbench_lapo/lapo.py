@@ -3,7 +3,9 @@
 Stage 1 (``world_model``, D_U): latent IDM + latent forward model with quantised latent
     actions (``ssilbench_lapo.world_model``), shared with ``lapo_plus`` and across seeds.
 Stage 2 (``latent_policy``, D_U): pi~(s) regressed (MSE) onto the frozen latent IDM's
-    pre-quantisation latents h~(s, s') of every unlabeled transition.
+    pre-quantisation latents h~(s, s') of every unlabeled transition; one per game, trained
+    under ``latent_policy_seed`` and shared by every seed as in the paper's runs, or one
+    per run seed (``latent_policy_seed=None``).
 Stage 3 (``decoder``, D_L): a decoding head phi(a | z) fitted by cross-entropy on
     z = pi~(s) of the labeled states, pi~ frozen. The policy is phi o pi~.
 
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field
 from torch import nn
 
-from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage
+from ssilbench.api import EnvSpec, Method, Policy, RunContext, Stage, stream_seed
 from ssilbench.kit import (
     TransitionFrames,
     fit_regressor,
@@ -41,6 +44,11 @@ class LAPOConfig(WorldModelConfig):
 
     latent_policy_fraction: float = Field(
         0.5, gt=0, lt=1, description="Share of the steps for stage 2 (paper: 60k of 120k)."
+    )
+    latent_policy_seed: int | None = Field(
+        0,
+        description="Seed of stage 2 (not the run's: one latent policy per game serves every "
+        "seed, as the paper's runs trained it once, under seed 11); None: one per run seed.",
     )
 
 
@@ -76,11 +84,13 @@ class LAPO(Method):
 
     def stages(self, cfg: LAPOConfig, total_steps: int, spec: EnvSpec, has_video_model: bool):
         world, latent, decode = cfg.split_steps(total_steps, cfg.latent_policy_fraction)
-        # pi~ reads D_U and the shared stage 1 only: one per seed serves every budget.
+        # pi~ reads D_U and the shared stage 1 only: one serves every budget, and every seed
+        # too unless it is trained under the run's seed.
         share = f"lapo_latent_policy:{cfg.digest(LAPOConfig)}:{total_steps}"
+        per: tuple[Literal["seed"], ...] = ("seed",) if cfg.latent_policy_seed is None else ()
         return [
             world,
-            Stage("latent_policy", latent, data="unlabeled", share=share, per=("seed",)),
+            Stage("latent_policy", latent, data="unlabeled", share=share, per=per),
             Stage("decoder", decode, policy=True, data="labeled"),
         ]
 
@@ -92,14 +102,23 @@ class LAPO(Method):
         # Stage 2: pi~ regresses onto the frozen latent IDM's latents of D_U (computed once
         # per world model, whichever run needs them first).
         targets = latents_of(ctx, world, unlabeled, speed)
-        with ctx.seeded():
-            latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
-            decoder = decoder_net(cfg, spec.num_actions)
+        shared = cfg.latent_policy_seed
+        if shared is None:  # pi~ and phi start from the run seed, one after the other
+            with ctx.seeded():
+                latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
+                decoder = decoder_net(cfg, spec.num_actions)
+        else:  # pi~ the same for every seed (so the stage cache meets it again); phi the run's
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(shared)
+                latent_policy = speed.module(impala_net(cfg, spec.obs_shape, cfg.latent_dim))
+            with ctx.seeded():
+                decoder = decoder_net(cfg, spec.num_actions)
+        batches = ctx.stream_seed("latent_policy") if shared is None else stream_seed(
+            shared, "latent_policy")  # fmt: skip
         latent_policy.to(device)
         fit_regressor(
             latent_policy, unlabeled.inputs("obs"), targets, ctx.plan.stage("latent_policy"),
-            lr=cfg.lr, batch_size=cfg.batch_size, seed=ctx.stream_seed("latent_policy"),
-            rule=ctx.stopping,
+            lr=cfg.lr, batch_size=cfg.batch_size, seed=batches, rule=ctx.stopping,
             schedule=cfg.later_schedule, speed=speed,
         )  # fmt: skip
         latent_policy.eval().requires_grad_(False)

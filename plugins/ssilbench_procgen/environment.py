@@ -27,6 +27,7 @@ from ssilbench_procgen.games import (
     GAMES,
     HORIZON,
     LAPO_RANGES,
+    MAX_DATA_CHUNKS,
     NUM_ACTIONS,
     OBS_SHAPE,
     PROCGEN_RANGES,
@@ -85,6 +86,28 @@ class ProcgenOptions(BaseModel):
         description="Transitions sampled from the dataset's test split for offline "
         "diagnostics (accuracy, entropies); 0: none.",
     )
+    eval_levels: Literal["fresh", "fixed"] = Field(
+        "fresh",
+        description="'fresh': new levels at every evaluation, seeded by the run's seed and the "
+        "evaluation's step (the reference builds a new env, unseeded, per evaluation); "
+        "'fixed': the same levels at every evaluation.",
+    )
+    eval_counting: Literal["first_to_finish", "first_per_env"] = Field(
+        "first_to_finish",
+        description="'first_to_finish': the first 64 episodes to end across the 64 envs (the "
+        "reference's); 'first_per_env': each env's first episode, played to its end.",
+    )
+    transitions: Literal["across_episodes", "within_episodes"] = Field(
+        "across_episodes",
+        description="'across_episodes': every pair of consecutive frames, episode ends too "
+        "(the reference's loader); 'within_episodes': pairs inside an episode only.",
+    )
+    max_chunks: int = Field(
+        MAX_DATA_CHUNKS,
+        ge=0,
+        description="Chunks of each split 'data import' copies, the first in numbered order "
+        "(the reference's MAX_DATA_CHUNKS, 80); 0: every chunk. A run checks its dataset's.",
+    )
 
 
 def normaliser(game: str, options: ProcgenOptions) -> Normaliser:
@@ -123,6 +146,8 @@ class ProcgenTask(Task):
             horizon=HORIZON,
             eval_episodes=64,
             eval_every=500,
+            eval_starts=options.eval_levels,
+            eval_counting=options.eval_counting,
             action_selection="sample",
             default_steps=DEFAULT_STEPS,
             default_arch="impala",
@@ -159,9 +184,17 @@ class ProcgenTask(Task):
                 f"'ssilbench data collect {self.env_id} --policy CHECKPOINT --frames N{flag} "
                 f"--data-root {root}' (see docs/environments/procgen.md)."
             )
-        store = TransitionStore.open(train, verify=True)
+        store = self._as_read(TransitionStore.open(train, verify=True), root)
         self._data_dir = folder
         return store
+
+    def _as_read(self, store: TransitionStore, root: Path) -> TransitionStore:
+        """The split as the options read it: its chunks checked, its transitions chosen."""
+        from ssilbench_procgen.protocol import check_chunks, read_as
+
+        options = self.options
+        check_chunks(store, options.max_chunks, self.game, options.dataset, root)
+        return read_as(store, options.transitions)
 
     def test_store(self) -> TransitionStore | None:
         """The held-out test split of the opened dataset, where it has one."""
@@ -169,7 +202,8 @@ class ProcgenTask(Task):
 
         if self._data_dir is None or not (self._data_dir / "test").exists():
             return None
-        return TransitionStore.open(self._data_dir / "test", verify=True)
+        root = self._data_dir.parent.parent.parent
+        return self._as_read(TransitionStore.open(self._data_dir / "test", verify=True), root)
 
     def test_set(self) -> TestSet | None:
         """A seeded sample of the test split's transitions (s, a, s'), for test accuracy and
@@ -341,6 +375,7 @@ class ProcgenEnvironment(Environment):
     ) -> list[TransitionStore]:
         from ssilbench.kit import already_imported, import_source
         from ssilbench_procgen.importer import import_split, inspect_split
+        from ssilbench_procgen.protocol import import_record
 
         source = import_source(source, "one sub-folder per game (bigfish/, coinrun/, ...).")
         if not tasks:
@@ -363,9 +398,11 @@ class ProcgenEnvironment(Environment):
                         stale.append(target)  # it would describe the data replaced
                     continue
                 if not already_imported(target, replace, log, f"procgen:{game} {split}:"):
-                    plan.append((game, split, inspect_split(folder / split), target))
+                    found = inspect_split(folder / split, options.max_chunks)  # type: ignore[attr-defined]
+                    plan.append((game, split, found, target))
         stores = []
-        for game, split, chunks, target in plan:
+        for game, split, found, target in plan:
+            chunks = found.chunks
             frames = sum(c.frames for c in chunks)
             log(f"procgen:{game} {split}: {len(chunks)} chunks, {frames} frames -> {target}")
             producer = {
@@ -376,6 +413,7 @@ class ProcgenEnvironment(Environment):
                 "from": str((source / game / split).resolve()),
                 "chunks": [c.path.name for c in chunks],
                 "chunk_frames": [c.frames for c in chunks],
+                **import_record(found.found, options.max_chunks),  # type: ignore[attr-defined]
             }
             stores.append(
                 import_split(chunks, target, producer, {"complexity": complexity(game)}, log)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+MAX_DATA_CHUNKS = 80
+"""The reference's cap on the chunks of a data split (``lapo/paths.py``): ~2.6M frames a game."""
+
 GAMES: tuple[str, ...] = (
     "bigfish",
     "bossfight",

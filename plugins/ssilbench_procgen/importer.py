@@ -2,13 +2,15 @@
 
 One store per split: ``<data-root>/procgen/<dataset>/<game>/train`` from the ``train/``
 chunks (the dataset methods learn from) and ``.../test`` from the ``test/`` chunks (held-out
-expert transitions for offline diagnostics). Frames are copied chunk by chunk, channels
+expert transitions for offline diagnostics), each from at most the split's first
+``max_chunks`` chunks (the reference reads 80). Frames are copied chunk by chunk, channels
 first, so memory holds one chunk at a time whatever the size of the data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,21 @@ from ssilbench_procgen.games import OBS_SHAPE
 _BLOCK = 4096
 
 
-def inspect_split(folder: Path) -> list[Chunk]:
-    """Every chunk of a split folder, checked from its headers (nothing is copied yet)."""
-    return [inspect_chunk(path) for path in list_chunks(folder)]
+@dataclass(frozen=True)
+class SplitSource:
+    """The chunks of a split folder an import copies, and how many the folder holds."""
+
+    chunks: list[Chunk]
+    found: int
+
+
+def inspect_split(folder: Path, max_chunks: int = 0) -> SplitSource:
+    """The first ``max_chunks`` chunks of a split folder in numbered order (0: every one),
+    checked from their headers (nothing is copied yet); the folder's numbering is checked
+    whole."""
+    paths = list_chunks(folder)
+    kept = paths[:max_chunks] if max_chunks else paths
+    return SplitSource([inspect_chunk(path) for path in kept], len(paths))
 
 
 def import_split(

@@ -6,12 +6,13 @@ Procgen resets a finished sub-environment by itself: the observation returned wi
 limit (1000 steps, 500 in maze); all three are reported as ``terminated``, as in procgen.
 Observations are uint8 (3, 64, 64), channels first.
 
-An evaluation resets with the same seed every time, so the initial states of each seed are
-saved when it is first built and a later reset with that seed restores them instead of
-building another ``ProcgenGym3Env``: procgen's state holds everything that decides an episode
-(its random generators included), so a restored reset replays exactly the episodes of a
-freshly built environment. (Measured for 64 bigfish environments: a process's first build
-1.5 s, as procgen loads its assets; later builds ~16 ms; a restore ~11 ms.)
+An evaluation on fixed levels resets with the same seed every time, so the initial states
+of each seed are saved when it is first built and a later reset with that seed restores them
+instead of building another ``ProcgenGym3Env``: procgen's state holds everything that
+decides an episode (its random generators included), so a restored reset replays exactly the
+episodes of a freshly built environment. (Measured for 64 bigfish environments: a
+process's first build 1.5 s, as procgen loads its assets; later builds ~16 ms; a restore
+~11 ms.) Fresh levels per evaluation build procgen at each one.
 """
 
 from __future__ import annotations

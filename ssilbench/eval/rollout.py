@@ -1,9 +1,13 @@
-"""Vectorised rollouts that run every episode to its end (one episode per sub-environment).
+"""Vectorised rollouts, scored as the task's protocol says (``EnvSpec.eval_counting``).
 
-Averaging the first episodes to finish would favour short episodes; here each of the
-``num_envs`` sub-environments plays exactly one episode and all of them count. Episodes end
-at different times (a few steps apart or hundreds), so the policy is asked to act only for
-the sub-environments still playing: forwards for finished ones would be thrown away.
+``first_per_env``: each of the ``num_envs`` sub-environments plays exactly one episode and
+all of them count, so short episodes weigh no more than long ones. Episodes end at different
+times (a few steps apart or hundreds), so the policy is asked to act only for the
+sub-environments still playing: forwards for finished ones would be thrown away.
+``first_to_finish``: every sub-environment plays on, starting a new episode when one ends,
+and the episodes are scored in the order they end until ``num_envs`` have ended (Procgen's
+reference code). Where the evaluations start (``EnvSpec.eval_starts``) is the
+:class:`Evaluator`'s.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 import torch
 
 from ssilbench.api import EnvSpec, Policy, Task
+from ssilbench.context import stream_seed
 from ssilbench.data.tensors import as_model_input
 from ssilbench.eval.diagnostics import TestSetScorer
 
@@ -28,7 +33,7 @@ class EvalResult:
 
 @dataclass(frozen=True)
 class Episodes:
-    """One finished episode per sub-environment: its score and whether it succeeded."""
+    """The scored episodes: each one's score and whether it succeeded."""
 
     scores: np.ndarray
     successes: np.ndarray | None
@@ -36,6 +41,14 @@ class Episodes:
     it never reports success)."""
     forwarded: int = 0
     """Observations the policy was asked to act on (the evaluation's cost in forwards)."""
+    envs: np.ndarray | None = None
+    """Per episode, the sub-environment that played it (None: episode i was played by
+    sub-environment i)."""
+
+    def played_by(self, index: np.ndarray) -> np.ndarray:
+        """Which episodes the sub-environments ``index`` played (a boolean mask)."""
+        envs = np.arange(len(self.scores)) if self.envs is None else self.envs
+        return np.isin(envs, index)
 
 
 def observation_input(obs, device: torch.device):
@@ -82,7 +95,48 @@ class _Executed:
         return self.actions.copy()  # a vector env may keep what it is given
 
 
+class _Running:
+    """The score of the episode each sub-environment is playing: the sum of its rewards, or
+    the largest reward seen (``EnvSpec.episode_score``), and whether it succeeded."""
+
+    def __init__(self, n: int, spec: EnvSpec) -> None:
+        self.best = spec.episode_score == "max_reward"
+        self.start = -np.inf if self.best else 0.0
+        self.scores = np.full(n, self.start, dtype=np.float64)
+        self.succeeded = np.zeros(n, dtype=bool)
+        self.reports_success = False
+
+    def add(self, reward, info: dict, counted: np.ndarray) -> None:
+        """One step's rewards (and ``is_success``) for the episodes ``counted`` (a mask)."""
+        reward = np.asarray(reward, dtype=np.float64)
+        if self.best:
+            self.scores = np.where(counted, np.maximum(self.scores, reward), self.scores)
+        else:
+            self.scores += np.where(counted, reward, 0.0)
+        if "is_success" in info:
+            self.reports_success = True
+            self.succeeded |= counted & np.asarray(info["is_success"], dtype=bool)
+
+
 def run_episodes(
+    venv,
+    policy: Policy,
+    spec: EnvSpec,
+    seed: int,
+    device: torch.device,
+    generator: torch.Generator,
+    *,
+    forward_finished: bool = False,
+) -> Episodes:
+    """Play the episodes ``spec.eval_counting`` scores: the first of each sub-environment
+    (:func:`first_episodes`), or the first ``num_envs`` to end (:func:`first_to_finish`)."""
+    if spec.eval_counting == "first_to_finish":
+        return first_to_finish(venv, policy, spec, seed, device, generator)
+    return first_episodes(venv, policy, spec, seed, device, generator,
+                          forward_finished=forward_finished)  # fmt: skip
+
+
+def first_episodes(
     venv,
     policy: Policy,
     spec: EnvSpec,
@@ -102,11 +156,8 @@ def run_episodes(
     """
     obs, _ = venv.reset(seed=seed)
     n = venv.num_envs
-    best = spec.episode_score == "max_reward"
-    scores = np.full(n, -np.inf if best else 0.0, dtype=np.float64)
+    running = _Running(n, spec)
     finished = np.zeros(n, dtype=bool)
-    succeeded = np.zeros(n, dtype=bool)
-    reports_success = False
     greedy = spec.action_selection == "greedy"
     executed = _Executed()
     forwarded = steps = 0
@@ -122,19 +173,57 @@ def run_episodes(
                 executed.update(asked, step_actions, n)
             )
             steps += 1
-            live = ~finished
-            reward = np.asarray(reward, dtype=np.float64)
-            if best:
-                scores = np.where(live, np.maximum(scores, reward), scores)
-            else:
-                scores += np.where(live, reward, 0.0)
-            if "is_success" in info:
-                reports_success = True
-                succeeded |= live & np.asarray(info["is_success"], dtype=bool)
+            running.add(reward, info, ~finished)
             finished |= np.asarray(terminated) | np.asarray(truncated)
             if finished.all():
-                return Episodes(scores, succeeded if reports_success else None, forwarded)
-    raise RuntimeError(
+                successes = running.succeeded if running.reports_success else None
+                return Episodes(running.scores, successes, forwarded)
+    raise _beyond_horizon(spec)
+
+
+def first_to_finish(
+    venv,
+    policy: Policy,
+    spec: EnvSpec,
+    seed: int,
+    device: torch.device,
+    generator: torch.Generator,
+) -> Episodes:
+    """Step every sub-environment (each starts its next episode when one ends) until
+    ``num_envs`` episodes have ended; every episode ended by then is scored, those of the
+    last step included, in the order they ended (by sub-environment within a step)."""
+    obs, _ = venv.reset(seed=seed)
+    n = venv.num_envs
+    running = _Running(n, spec)
+    everyone = np.ones(n, dtype=bool)
+    greedy = spec.action_selection == "greedy"
+    scores: list[np.ndarray] = []
+    successes: list[np.ndarray] = []
+    envs: list[np.ndarray] = []
+    ended = forwarded = steps = 0
+    while steps <= spec.horizon:
+        actions = policy.act(observation_input(obs, device), greedy=greedy, generator=generator)
+        forwarded += n
+        for step_actions in _action_plan(actions, spec):
+            obs, reward, terminated, truncated, info = venv.step(step_actions.copy())
+            steps += 1
+            running.add(reward, info, everyone)
+            done = np.flatnonzero(np.asarray(terminated) | np.asarray(truncated))
+            scores.append(running.scores[done].copy())
+            successes.append(running.succeeded[done].copy())
+            envs.append(done)
+            running.scores[done] = running.start
+            running.succeeded[done] = False
+            ended += len(done)
+            if ended >= n:
+                return Episodes(np.concatenate(scores),
+                                np.concatenate(successes) if running.reports_success else None,
+                                forwarded, envs=np.concatenate(envs))  # fmt: skip
+    raise _beyond_horizon(spec)
+
+
+def _beyond_horizon(spec: EnvSpec) -> RuntimeError:
+    return RuntimeError(
         f"{spec.env_id}: episodes did not end within the horizon of {spec.horizon} steps; "
         "the environment must truncate at its horizon"
     )
@@ -147,18 +236,32 @@ def rollout_returns(
     return run_episodes(venv, policy, spec, seed, device, generator).scores
 
 
-class Evaluator:
-    """Scores policies on one task with a fixed protocol: same start states for every call.
+def evaluation_seed(spec: EnvSpec, run_seed: int, step: int) -> int:
+    """The seed an evaluation resets the vector environment with: ``eval_seed`` at every
+    evaluation (``eval_starts = "fixed"``), or one drawn from (``eval_seed``, the run's seed,
+    the evaluation's step) (``"fresh"``). The step rather than a count of evaluations: a
+    stage reused from the cache is evaluated at its end only, so the count can differ
+    between runs while the steps of the evaluations that happen do not."""
+    if spec.eval_starts == "fixed":
+        return spec.eval_seed
+    return stream_seed(run_seed, f"evaluation:{spec.eval_seed}:{step}")
 
-    The vector environment is made once and reset with the protocol's seed at each call, so
-    an environment that can restore its start states (procgen) is not rebuilt per
-    evaluation.
+
+class Evaluator:
+    """Scores policies on one task with its protocol: the same start states at every call,
+    or fresh ones per evaluation step (``EnvSpec.eval_starts``), drawn from ``run_seed``.
+
+    The vector environment is made once and reset at each call, so an environment that can
+    restore its start states (procgen) is not rebuilt per evaluation.
     """
 
-    def __init__(self, task: Task, device: torch.device, rollouts: bool = True) -> None:
+    def __init__(
+        self, task: Task, device: torch.device, rollouts: bool = True, run_seed: int = 0
+    ) -> None:
         self.task = task
         self.spec = task.spec
         self.device = device
+        self.run_seed = run_seed
         # Without rollouts only the test-set metrics are computed (and the score is NaN).
         self.venv = (
             task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
@@ -168,14 +271,17 @@ class Evaluator:
         test_set = task.test_set()
         self.test_set = TestSetScorer(test_set, device) if test_set is not None else None
 
-    def __call__(self, policy: Policy) -> EvalResult:
+    def __call__(self, policy: Policy, step: int = 0) -> EvalResult:
+        """Score ``policy`` as the evaluation at training step ``step`` (which decides its
+        start states where they are fresh per evaluation)."""
         success: dict[str, float] = {}
         if self.venv is None:
             returns = np.array([])
             mean = float("nan")
         else:
-            generator = torch.Generator(device="cpu").manual_seed(self.spec.eval_seed)
-            episodes = self._episodes(policy, generator)
+            seed = evaluation_seed(self.spec, self.run_seed, step)
+            generator = torch.Generator(device="cpu").manual_seed(seed)
+            episodes = self._episodes(policy, seed, generator)
             returns = episodes.scores
             mean = float(returns.mean())
             if episodes.successes is not None:
@@ -192,25 +298,27 @@ class Evaluator:
             },
         )
 
-    def _episodes(self, policy: Policy, generator: torch.Generator) -> Episodes:
+    def _episodes(self, policy: Policy, seed: int, generator: torch.Generator) -> Episodes:
         """Every episode of the protocol. A vector env that cannot keep all its simulators
         alive at once (LIBERO's) offers ``waves()``: vector envs over consecutive slices of
         its sub-environments, each played to its end (and closed) before the next; their
         episodes are joined in order."""
         waves = getattr(self.venv, "waves", None)
         if waves is None:
-            return run_episodes(
-                self.venv, policy, self.spec, self.spec.eval_seed, self.device, generator
-            )
-        parts = [
-            run_episodes(wave, policy, self.spec, self.spec.eval_seed, self.device, generator)
-            for wave in waves()
-        ]
+            return run_episodes(self.venv, policy, self.spec, seed, self.device, generator)
+        parts, envs, first = [], [], 0
+        for wave in waves():
+            part = run_episodes(wave, policy, self.spec, seed, self.device, generator)
+            played = np.arange(len(part.scores)) if part.envs is None else part.envs
+            parts.append(part)
+            envs.append(first + played)  # the wave's sub-environments, numbered in the whole
+            first += wave.num_envs
         reported = all(p.successes is not None for p in parts)
         return Episodes(
             np.concatenate([p.scores for p in parts]),
             np.concatenate([p.successes for p in parts]) if reported else None,  # type: ignore[misc]
             sum(p.forwarded for p in parts),
+            envs=np.concatenate(envs),
         )
 
     def _group_metrics(self, episodes: Episodes) -> dict[str, float]:
@@ -220,11 +328,13 @@ class Evaluator:
         groups = getattr(self.venv, "episode_groups", None) or {}
         out: dict[str, float] = {}
         for name, index in groups.items():
-            if len(index) == 0:
+            played = episodes.played_by(np.asarray(index))
+            if not played.any():
                 continue
-            out[f"score/{name}"] = float(self.spec.normaliser(float(episodes.scores[index].mean())))
+            mean = float(episodes.scores[played].mean())
+            out[f"score/{name}"] = float(self.spec.normaliser(mean))
             if episodes.successes is not None:
-                out[f"success_rate/{name}"] = float(episodes.successes[index].mean())
+                out[f"success_rate/{name}"] = float(episodes.successes[played].mean())
         return out
 
     def close(self) -> None:

@@ -194,12 +194,12 @@ def set_up_run(
     inputs = RunInputs.declare(method, task, task.dataset, spec.budget, spec.seed, spec.steps)
     check_stages(inputs.stages, spec.steps, spec.method)
     timeline: list[dict[str, Any]] = []
-    evaluator = Evaluator(task.task, device, rollouts=spec.rollouts)
+    evaluator = Evaluator(task.task, device, rollouts=spec.rollouts, run_seed=spec.seed)
     stage_at: dict[int, str] = {}  # the stage open when an evaluation was asked for
 
     def record(policy, step: int) -> float:
         telemetry.phase("evaluating", stage_at.get(step, telemetry.stage))
-        result = evaluator(policy)
+        result = evaluator(policy, step)
         entry = {
             "step": step,
             "score": None if math.isnan(result.score) else result.score,

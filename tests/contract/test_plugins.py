@@ -15,8 +15,8 @@ from ssilbench.errors import PluginError, UnknownNameError, UsageError
 from ssilbench.plugins import AUTOLOAD_ENV, EXTRA_PLUGINS_ENV, load_plugins, parse_plugin_flags
 
 BUILTIN_METHODS = ["bc", "idm_labeling", "lapo", "lapo_plus", "uva", "vm_idm"]
-BUILTIN_ARCHS = ["cnn1", "cnn5", "continuous", "impala", "impala_bf16", "impala_small", "lc",
-                 "mlp5", "uva", "uva_base"]  # fmt: skip
+BUILTIN_ARCHS = ["cnn1", "cnn5", "continuous", "impala", "impala_bf16", "impala_mlp",
+                 "impala_small", "lc", "mlp5", "uva", "uva_base"]  # fmt: skip
 BUILTIN_ENVS = ["grid", "libero10", "maze", "procgen", "pusht"]
 BUILTIN_PLUGINS = ("baselines", "lapo", "libero", "maze", "procgen", "pusht", "uva")
 

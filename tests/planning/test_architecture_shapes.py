@@ -60,8 +60,8 @@ def test_cnn5_on_4x4_images_exits_2_before_any_run(tiny_images, capsys):
     assert err.strip().splitlines()[-1] == (
         "error: Method 'bc': arch=cnn5 needs images of at least 8x8 pixels, and the "
         "observations are 4x4 on tinyimg:4x4. Choose another architecture (cnn1, cnn5, "
-        "continuous, impala, impala_bf16, impala_small, lc, mlp5, uva, uva_base) with "
-        "-c arch=NAME, or observations it takes."
+        "continuous, impala, impala_bf16, impala_mlp, impala_small, lc, mlp5, uva, uva_base) "
+        "with -c arch=NAME, or observations it takes."
     )
     assert not (tiny_images / "results").exists() and not (tiny_images / "data").exists()
 

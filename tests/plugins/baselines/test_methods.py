@@ -85,9 +85,9 @@ def test_idm_labeling_soft_and_hard_targets(data_root, monkeypatch):
         return real(nets, inputs, targets, budgets, **kw)
 
     monkeypatch.setattr(common_module, "fit_classifiers", spy)
-    _run(data_root, "idm_labeling", steps=40)
-    _run(data_root, "idm_labeling", steps=40, config={"labels": "hard"})
-    soft, hard = seen[1], seen[3]
+    _run(data_root, "idm_labeling", steps=40)  # hard by default, as the paper's code labels
+    _run(data_root, "idm_labeling", steps=40, config={"labels": "soft"})
+    hard, soft = seen[1], seen[3]
     assert soft[0] == hard[0] == "policy"
     assert soft[1] == torch.float32 and soft[2][1] == 4  # a distribution per transition
     assert hard[1] == torch.int64 and len(hard[2]) == 1

@@ -376,6 +376,22 @@ def test_the_second_run_does_not_train_stage_one(data_root, tmp_path, monkeypatc
     assert calls == [] and outcome.stages["world_model"]["used"] == 25
 
 
+def test_the_latent_policy_is_one_per_game_unless_trained_per_seed(data_root, tmp_path):
+    """The paper's runs train LAPO's stage 2 once per game (seed 11) and decode it for every
+    seed: by default one latent policy serves every seed; with latent_policy_seed=None each
+    run seed trains its own."""
+    [_, shared, _] = LAPO().stages(LAPOConfig(), 120_000, None, False)
+    [_, own, _] = LAPO().stages(LAPOConfig(latent_policy_seed=None), 120_000, None, False)
+    assert (shared.per, own.per) == ((), ("seed",)) and shared.share != own.share
+    cache = tmp_path / "cache"
+    _run(data_root, "lapo", seed=0, steps=30, cache=cache)
+    other_seed = _run(data_root, "lapo", seed=1, steps=30, cache=cache)
+    assert other_seed.stages["latent_policy"].get("reused") is not None
+    per_seed = _run(data_root, "lapo", seed=1, steps=30, config={"latent_policy_seed": None},
+                    cache=cache)  # fmt: skip
+    assert "reused" not in per_seed.stages["latent_policy"]
+
+
 @pytest.mark.parametrize("method", ["lapo", "lapo_plus"])
 @pytest.mark.parametrize("memory_format", ["channels_last", "contiguous"])
 def test_same_spec_gives_the_same_numbers_on_cpu(data_root, method, memory_format):

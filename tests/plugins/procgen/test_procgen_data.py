@@ -118,8 +118,10 @@ def test_import_streams_chunks_into_train_and_test_stores(source, tmp_path):
     assert test.num_frames == sum(TEST_SIZES) and test.num_episodes == 3
 
     # The task opens the train split (and passes the core's dataset conformance check), and
-    # samples its test set from the test split.
-    task = ProcgenEnvironment().load(GAME, ProcgenOptions(test_transitions=3))
+    # samples its test set from the test split (here its transitions inside episodes; those
+    # across episode ends are tests/plugins/procgen/test_procgen_protocol.py's).
+    options = ProcgenOptions(test_transitions=3, transitions="within_episodes")
+    task = ProcgenEnvironment().load(GAME, options)
     assert task.test_set() is None  # before the dataset is opened
     check_dataset(task, root)
     assert task.dataset(root).num_frames == train.num_frames

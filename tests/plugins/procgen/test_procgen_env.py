@@ -74,6 +74,10 @@ def test_options_and_names_are_checked():
         "normaliser": "lapo",
         "dataset": "expert",
         "test_transitions": 1024,
+        "eval_levels": "fresh",
+        "eval_counting": "first_to_finish",
+        "transitions": "across_episodes",
+        "max_chunks": 80,
     }
 
 
@@ -119,12 +123,13 @@ def _uniform():
 
 @needs_procgen
 def test_evaluation_runs_every_episode_to_its_end():
-    """Sub-environments reset themselves; each one's first episode counts, whole."""
+    """Sub-environments reset themselves; with ``eval_counting=first_per_env`` each one's
+    first episode counts, whole."""
     import torch
 
     from ssilbench.testing import rollout_returns
 
-    task = ProcgenEnvironment().load("starpilot", ProcgenOptions())
+    task = ProcgenEnvironment().load("starpilot", ProcgenOptions(eval_counting="first_per_env"))
     venv = task.make_vec_env(4, seed=9)
     try:
         returns = rollout_returns(venv, _uniform(), task.spec, 9, torch.device("cpu"),
@@ -174,16 +179,16 @@ def test_a_reset_restores_the_seed_instead_of_rebuilding():
 
 
 @needs_procgen
-def test_the_evaluator_builds_procgen_once_per_run():
+def test_the_evaluator_builds_procgen_once_per_run_on_fixed_levels():
     import torch
 
     from ssilbench.testing import Evaluator
 
-    task = ProcgenEnvironment().load("bigfish", ProcgenOptions())
+    task = ProcgenEnvironment().load("bigfish", ProcgenOptions(eval_levels="fixed"))
     task.spec = task.spec.model_copy(update={"eval_episodes": 4})
     evaluator = Evaluator(task, torch.device("cpu"))
     try:
-        results = [evaluator(_uniform()) for _ in range(3)]
+        results = [evaluator(_uniform(), step) for step in (500, 1000, 1500)]
         assert evaluator.venv.builds == 1
     finally:
         evaluator.close()
