@@ -49,8 +49,8 @@ def uva_smoke_run(cli, task_id: str, *args: str) -> None:
     """``ssilbench run --method uva`` on one task, 2 labeled demonstrations, 3 steps, and
     the smoke protocol's two short episodes in the real scene: the run ends done."""
     result = cli.run("--method", "uva", "--env", f"libero10:{task_id}", "--budgets", "2",
-                     "--seeds", "0", "--steps", "3", "-o", "protocol=smoke", "-o", "max_steps=10", *args,
-                     timeout=900)  # fmt: skip
+                     "--seeds", "0", "--steps", "3", "-o", "protocol=smoke", "-o",
+                     "max_steps=10", *args, timeout=900)  # fmt: skip
     assert result.returncode == 0, result.stderr
     [record] = run_records(cli.results)
     assert record["status"] == "done", record["error"]
