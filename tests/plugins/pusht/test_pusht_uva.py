@@ -38,8 +38,18 @@ def pusht_data(cli):
 @pytest.mark.slow
 def test_every_method_on_uva_runs_pusht_end_to_end(pusht_data):
     cli = pusht_data
-    short = ["-o", "eval_episodes=2", "-o", "max_steps=16", "--budgets", "2", "--seeds", "0",
-             "--steps", "4"]
+    short = [
+        "-o",
+        "eval_episodes=2",
+        "-o",
+        "max_steps=16",
+        "--budgets",
+        "2",
+        "--seeds",
+        "0",
+        "--steps",
+        "4",
+    ]
     result = cli.run("--method", "uva,bc,idm_labeling,vm_idm", "--env", "pusht", *short, *ARCH)
     assert result.returncode == 0, result.stderr
     # The autoencoder and the video pretraining are trained once and shared.
@@ -62,8 +72,18 @@ def test_every_method_on_uva_runs_pusht_end_to_end(pusht_data):
 @pytest.mark.slow
 def test_uva_vm_idm_sampling_path_reuses_the_trained_network(pusht_data):
     cli = pusht_data
-    short = ["-o", "eval_episodes=1", "-o", "max_steps=8", "--budgets", "2", "--seeds", "0",
-             "--steps", "3"]
+    short = [
+        "-o",
+        "eval_episodes=1",
+        "-o",
+        "max_steps=8",
+        "--budgets",
+        "2",
+        "--seeds",
+        "0",
+        "--steps",
+        "3",
+    ]
     for path in ("policy", "vm_idm"):
         result = cli.run("--method", "uva", "--env", "pusht", *short, *ARCH,
                          "-c", f"sampling={path}")  # fmt: skip
@@ -114,8 +134,9 @@ def test_a_missing_simulator_is_one_message_and_exit_2(pusht_data):
     before any run is recorded, saying what to install."""
     cli = pusht_data
     cli.write_plugin("sitecustomize", "import sys\nsys.modules['gym_pusht'] = None\n")
-    result = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--seeds", "0",
-                     "--steps", "2")
+    result = cli.run(
+        "--method", "bc", "--env", "pusht", "--budgets", "2", "--seeds", "0", "--steps", "2"
+    )
     assert result.returncode == 2, result.stderr
     assert "pip install 'ssilbench[pusht]'" in result.stderr
     assert not (cli.results / "results.sqlite").exists() or run_records(cli.results) == []
