@@ -4,7 +4,8 @@
     python benchmarks/step_times.py --run "--method bc --env maze:10x10 --budgets 16,256"
 
 For each sweep file given (and each ``--run``'s arguments of ``ssilbench run``),
-``ssilbench plan --measure`` measures (on this machine, one torch thread, in a private
+``ssilbench run --dry-run --measure`` measures (4 steps of each stage, on this machine, one
+torch thread, in a private
 results folder) every step time the runs need, and the measurements enter the shipped table
 under their portable keys (device kind, no torch version; ``ssilbench.runner.step_table``).
 A dry run or ``plan`` of those sweeps then prices itself at once on any machine of that
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     sweeps = [["--sweep", str(s), *(["--quick"] if args.quick else [])] for s in args.sweeps]
     for what in [*sweeps, *map(shlex.split, args.run)]:
         with tempfile.TemporaryDirectory(prefix="ssilbench-step-times-") as tmp:
-            command = [sys.executable, "-m", "ssilbench", "plan", *what, "--measure",
+            command = [sys.executable, "-m", "ssilbench", "run", *what, "--dry-run", "--measure",
                        "--threads", "1", "--results", tmp, "--data-root",
                        str(Path(tmp) / "data")]  # fmt: skip
             subprocess.run(command, check=True, env=env)
