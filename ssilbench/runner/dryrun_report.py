@@ -106,7 +106,7 @@ class DryRun:
             )
         elif self.measurements:
             lines.append(
-                "Step times: measured on this device (steady state of a few steps of "
+                "Step times (the steady state of a few steps of "
                 "each stage on a small store of the task's shape)" + self._when() + "."
             )
             labeled = sorted({m.labeled for _, m in self.measurements.values()
@@ -204,8 +204,8 @@ def _at_load(measurements: list[Measurement]) -> str:
     loads = [m.load for m in measurements if m.load is not None]
     if not loads:
         return ""
-    low, high = min(loads), max(loads)
-    return f", at load {low:.1f}" if high - low < 0.05 else f", at load {low:.1f}-{high:.1f}"
+    low, high = f"{min(loads):.1f}", f"{max(loads):.1f}"
+    return f", at load {low}" if low == high else f", at load {low}-{high}"
 
 
 def _step_time(work: StageWork) -> str:
