@@ -40,10 +40,18 @@ def test_shared_stages_are_scheduled_before_the_runs_that_reuse_them(tmp_path):
     units = [[i] for i in range(len(plan.runs))]
     ordered = [plan.runs[u[0]] for u in leaders_first(plan, units)]
     # the first unit trains the world model every lapo and lapo_plus run shares; the first
-    # lapo run of each seed trains that seed's latent policy; then the others
+    # lapo run trains the game's latent policy (one per game, as the paper's runs); then the
+    # others
+    leaders = [(s.method, s.seed, s.budget) for s in ordered[:2]]
+    assert leaders == [("lapo_plus", 0, "16"), ("lapo", 0, "16")]
+    assert sorted(map(id, ordered)) == sorted(map(id, plan.runs))
+    # one latent policy per seed (latent_policy_seed=null): the first lapo run of each seed
+    per_seed = sweep.model_copy(update={"config": {"size": "small",
+                                                   "lapo.latent_policy_seed": None}})  # fmt: skip
+    plan = build_plan(PLUGINS, per_seed, tmp_path / "data")
+    ordered = [plan.runs[u[0]] for u in leaders_first(plan, units)]
     leaders = [(s.method, s.seed, s.budget) for s in ordered[:3]]
     assert leaders == [("lapo_plus", 0, "16"), ("lapo", 0, "16"), ("lapo", 1, "16")]
-    assert sorted(map(id, ordered)) == sorted(map(id, plan.runs))
 
 
 def test_two_workers_train_the_world_model_once(cli):
@@ -88,7 +96,7 @@ def test_a_dry_run_counts_shared_stages_once_and_sees_them_cached(cli):
     # 8 runs; one world model for all of them, one latent policy per seed
     assert rows["lapo", "world_model*"] == ["4", "1", "0"]
     assert rows["lapo_plus", "world_model*"] == ["4", "0", "0"]  # lapo's first run trains it
-    assert rows["lapo", "latent_policy*"] == ["4", "2", "0"]
+    assert rows["lapo", "latent_policy*"] == ["4", "1", "0"]
     assert rows["lapo_plus", "policy"] == ["4", "4", "0"]
     assert (cli.results / "timings.json").is_file()  # plan keeps what it measured
     assert cli.run(*LAPO, "--budgets", "16", "--seeds", "0", "--no-rollouts", "-q").returncode == 0
@@ -96,7 +104,7 @@ def test_a_dry_run_counts_shared_stages_once_and_sees_them_cached(cli):
     assert "2 already recorded, 6 to run" in again.stdout
     rows = _stage_rows(again.stdout)
     assert rows["lapo", "world_model*"] == ["3", "1", "1"]  # trained: in the cache
-    assert rows["lapo", "latent_policy*"] == ["3", "2", "1"]  # seed 0's is trained, seed 1's not
+    assert rows["lapo", "latent_policy*"] == ["3", "1", "1"]  # the game's: trained, cached
 
 
 def test_plan_takes_the_arguments_of_run_but_is_always_a_dry_run(cli):

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from ssilbench.api import DatasetError, TransitionStore
-from ssilbench.runs.identity import protocol_fingerprint
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.games import MAX_DATA_CHUNKS
 from ssilbench_procgen.protocol import AcrossEpisodeEnds
@@ -57,13 +56,15 @@ def test_every_protocol_choice_changes_the_run_identity():
     dumps = {str(sorted(ProcgenOptions(**{key: value}).model_dump(mode="json").items()))
              for key, value in LEGACY.items()}  # fmt: skip
     assert len(dumps | {str(sorted(default.items()))}) == len(LEGACY) + 1
+    # The evaluation protocol is the spec's (what the core's protocol fingerprint hashes).
     environment = ProcgenEnvironment()
-    fingerprints = {
-        protocol_fingerprint(environment.load(GAME, ProcgenOptions(**choice)).spec)
+    protocols = {
+        str(sorted(environment.load(GAME, ProcgenOptions(**choice)).spec.model_dump(
+            mode="json").items()))
         for choice in ({}, {"eval_levels": "fixed"}, {"eval_counting": "first_per_env"},
                        {"eval_levels": "fixed", "eval_counting": "first_per_env"})
     }  # fmt: skip
-    assert len(fingerprints) == 4
+    assert len(protocols) == 4
 
 
 def test_transitions_cross_episode_ends_by_default_as_a_view(source, tmp_path):
