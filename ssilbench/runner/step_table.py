@@ -47,12 +47,8 @@ class StepTable:
     """The shipped measurements, by portable key."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.path = path = path if path is not None else table_path()
-        self.items: dict[str, Measurement] = {}
-        if path.is_file():
-            for data in json.loads(path.read_text()):
-                m = Measurement.from_json(data)
-                self.items[m.key] = m
+        self.path = path if path is not None else table_path()
+        self.items = Timings(self.path).items  # the same file format as timings.json
 
     def get(self, key: str) -> Measurement | None:
         """The shipped measurement standing for ``key`` (a full measurement key), under
@@ -95,8 +91,11 @@ class StepTable:
         return len(timings.items)
 
     def save(self) -> None:
-        entries = sorted((_as_dict(m) for m in self.items.values()), key=lambda d: d["key"])
-        self.path.write_text(json.dumps(entries, indent=1) + "\n")
+        """Write the table as ``timings.json`` is written (a temporary file, renamed), its
+        entries sorted by key so that a refresh shows as a small diff."""
+        file = Timings(None)
+        file.path, file.items = self.path, dict(sorted(self.items.items()))
+        file.save()
 
 
 def _without_labels(key: str) -> dict:
