@@ -42,7 +42,8 @@ def links(page: Path) -> list[str]:
 def test_the_slug_rule_matches_githubs_on_the_guides_headings():
     assert slug("Options (-o) and method config (-c)") == "options--o-and-method-config--c"
     assert slug("Getting the data: `ssilbench data download`") == (
-        "getting-the-data-ssilbench-data-download")
+        "getting-the-data-ssilbench-data-download"
+    )
 
 
 def test_every_relative_link_and_anchor_of_the_docs_resolves():
