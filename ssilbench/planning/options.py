@@ -141,6 +141,7 @@ class RunOptions:
     stack: bool | None = None  # None: stacked in one process, one run at a time in a pool
     cache: bool = True
     checkpoint_every: int | None = None
+    keep_policy: bool = False  # each finished run's final policy in RESULTS/policies
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     dry_run: bool = False
     save_timings: bool = False
