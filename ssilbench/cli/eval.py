@@ -32,7 +32,8 @@ def eval_cmd(state: State, run_id: str, results: str, episodes: int | None, vide
     """Evaluate the policy a run kept (run --keep-policy) under the run's protocol, seeds
     and final step, and film it with --video. RUN_ID: the run's id, or its first 6+
     characters."""
-    from ssilbench.runner.evaluate import VIDEOS, Filming, evaluate_kept
+    from ssilbench.eval.video import VIDEOS
+    from ssilbench.runner.evaluate import Filming, evaluate_kept
 
     results_dir = Path(results).expanduser()
     filming = None

@@ -21,6 +21,9 @@ import numpy as np
 
 from ssilbench.errors import OutputError, UsageError, os_error_message
 
+VIDEOS = "videos"
+"""The folder of a results directory where ``eval --video`` writes by default, as
+``<run id>.mp4`` (or ``.gif``): the HTML leaderboard links the videos it finds there."""
 FPS = 10
 """Frames per second of the videos: one frame per environment step."""
 MIN_SIDE = 256

@@ -30,9 +30,6 @@ if TYPE_CHECKING:
     from ssilbench.runs.records import RunRecord
     from ssilbench.runs.spec import RunSpec
 
-VIDEOS = "videos"
-"""The folder of a results directory where ``eval --video`` writes by default (the HTML
-leaderboard links the videos it finds there)."""
 MIN_PREFIX = 6  # a run id may be given by its first 6+ characters
 
 

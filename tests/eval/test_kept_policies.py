@@ -221,3 +221,23 @@ def test_a_pusht_run_is_filmed_from_its_image_observations(tmp_path):
     # 96x96 observations, enlarged 3x; the start state and one frame per step to the end.
     assert frames[0].shape == (288, 288, 3)
     assert shown == count and 2 <= count <= 16 + 1
+
+
+def test_the_html_leaderboard_links_the_rollouts_in_results_videos(maze_runs, tmp_path, capsys):
+    import re
+
+    results = tmp_path / "results"
+    shutil.copytree(maze_runs / "kept", results)
+    [record] = run_records(results)
+    page = tmp_path / "page" / "board.html"
+    assert cli_exit_code("leaderboard", "--results", str(results), "--export", "html",
+                         "--out", str(page)) == 0  # fmt: skip
+    assert "<a href=" not in page.read_text()  # no video yet
+    # --video alone films into RESULTS/videos, where the leaderboard looks.
+    assert cli_exit_code("eval", record["run_id"], "--results", str(results), "--video",
+                         "--episodes", "1", "--format", "gif") == 0  # fmt: skip
+    assert f"{results / 'videos' / record['run_id']}.gif" in capsys.readouterr().out
+    assert cli_exit_code("leaderboard", "--results", str(results), "--export", "html",
+                         "--out", str(page)) == 0  # fmt: skip
+    [link] = re.findall(r'<a href="([^"]+)"', page.read_text())
+    assert (page.parent / link).resolve() == (results / "videos" / f"{record['run_id']}.gif")
