@@ -241,3 +241,64 @@ def test_the_html_leaderboard_links_the_rollouts_in_results_videos(maze_runs, tm
                          "--out", str(page)) == 0  # fmt: skip
     [link] = re.findall(r'<a href="([^"]+)"', page.read_text())
     assert (page.parent / link).resolve() == (results / "videos" / f"{record['run_id']}.gif")
+
+
+def test_a_vector_env_that_plays_in_waves_is_filmed_wave_by_wave():
+    """LIBERO's vector env plays its sub-environments in waves (``waves()``): the evaluator
+    finds them through the filmed env, and the frames keep the whole's numbering."""
+    from ssilbench.api import EnvSpec, Normaliser, Policy, Task
+    from ssilbench.eval.rollout import Evaluator
+
+    class Wave:
+        def __init__(self, first: int, n: int) -> None:
+            self.first, self.num_envs = first, n
+
+        def reset(self, seed=None, options=None):
+            self.t = 0
+            return self.obs(), {}
+
+        def obs(self):  # sub-environment i's frame: every pixel 10 * (first + i) + t
+            shade = 10 * (self.first + np.arange(self.num_envs)) + self.t
+            return np.broadcast_to(shade[:, None, None, None], (self.num_envs, 2, 2, 3)).astype(
+                np.uint8)  # fmt: skip
+
+        def step(self, actions):
+            self.t += 1
+            ended = np.full(self.num_envs, self.t >= 2)
+            return self.obs(), np.ones(self.num_envs), ended, np.zeros(self.num_envs, bool), {}
+
+        def close(self) -> None:
+            pass
+
+    class Waves:
+        num_envs = 3
+
+        def waves(self):
+            yield Wave(0, 2)
+            yield Wave(2, 1)
+
+        def close(self) -> None:
+            pass
+
+    class Still(Policy):
+        def probs(self, obs):
+            return torch.ones(len(obs), 2) / 2
+
+    class Images(Task):
+        spec = EnvSpec(env_id="waves:test", obs_shape=(2, 2, 3), obs_dtype="uint8",
+                       obs_kind="image", num_actions=2, horizon=5, eval_episodes=3,
+                       eval_every=10, default_steps=10, default_arch="mlp5",
+                       normaliser=Normaliser(name="raw", low=0.0, high=1.0))  # fmt: skip
+
+        def dataset(self, root):
+            raise NotImplementedError
+
+        def make_vec_env(self, num_envs, seed):
+            raise NotImplementedError  # the evaluator is given the filmed one
+
+    task = Images()
+    filmed = FilmedVectorEnv(Waves(), task.frames, count=3)
+    result = Evaluator(task, torch.device("cpu"), venv=filmed)(Still())
+    assert result.returns == (2.0, 2.0, 2.0)
+    shades = {i: [int(f[0, 0, 0]) for f in frames] for i, frames in filmed.episodes.items()}
+    assert shades == {0: [0, 1, 2], 1: [10, 11, 12], 2: [20, 21, 22]}
