@@ -226,7 +226,9 @@ def summary_lines(report: SweepSummary, results_dir: Path, kept: bool = False) -
         lines.append(f"  {report.lost}: {report.interrupted} run(s) interrupted; run the same "
                      "command again to resume them.")  # fmt: skip
     if kept and report.done:
-        lines.append(f"  policies kept in {results_dir / 'policies'} (<run id>.pt): evaluate or "
+        from ssilbench.eval.kept import POLICIES
+
+        lines.append(f"  policies kept in {results_dir / POLICIES} (<run id>.pt): evaluate or "
                      f"film one with 'ssilbench eval RUN_ID --results {results_dir}'.")  # fmt: skip
     if report.failed_before:
         lines.append(f"  {report.failed_before} run(s) failed in an earlier sweep; add "

@@ -125,7 +125,8 @@ class RunOptions:
     estimate leaves them out), and ``remeasure`` measures again those it would otherwise
     take from the kept or shipped ones. ``threads`` is a count of torch threads per training
     process, ``"auto"`` (the default; None means it too) or ``"torch"`` (see
-    :data:`THREAD_SETTINGS`).
+    :data:`THREAD_SETTINGS`). ``keep_policy`` keeps each finished run's final policy in
+    ``RESULTS/policies`` (``ssilbench.eval.kept``); it changes no run's id or result.
     """
 
     results: Path
