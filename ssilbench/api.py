@@ -212,6 +212,20 @@ class Task(ABC):
         """
         return {}
 
+    def frames(self, venv: Any, obs: Any, info: dict[str, Any]) -> Any:
+        """Optional: RGB frames of the sub-environments of ``venv`` (made by
+        :meth:`make_vec_env`) in the states whose observations are ``obs`` (``info``: what the
+        same ``reset``/``step`` returned), as a uint8 array (num_envs, H, W, 3); None where
+        the task cannot draw them. ``ssilbench eval --video`` films rollouts with it, once
+        after every reset and step. The default gives image observations themselves (the
+        newest frame of a stack; a dict's ``"obs"``); override it for other observations
+        (a maze drawn from the agent's cell) or a better picture (a simulator's render)."""
+        if self.spec.obs_kind != "image":
+            return None
+        from ssilbench.eval.video import image_frames
+
+        return image_frames(obs, self.spec.obs_shape, self.spec.frame_stack)
+
     # --- optional: datasets made by rolling out a policy, and experts to roll out ---------
     # The CLI offers ``ssilbench data collect`` and ``ssilbench expert train`` for a task
     # that overrides these; the defaults say the task has none.

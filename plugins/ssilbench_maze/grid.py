@@ -169,6 +169,12 @@ class GridTask(Task):
             metadata=dict(self.spec.metadata),
         )
 
+    def frames(self, venv: MazeVectorEnv, obs: Any, info: dict[str, Any]) -> np.ndarray:
+        """The maze and the agents drawn from their cells (a video of any observation kind)."""
+        from ssilbench_maze.gym_env import vector_frames
+
+        return vector_frames(venv, info)
+
     def make_vec_env(self, num_envs: int, seed: int) -> MazeVectorEnv:
         return MazeVectorEnv(
             self.maze,

@@ -95,6 +95,15 @@ def render_cells(
     return images
 
 
+def vector_frames(venv: MazeVectorEnv, info: dict[str, Any]) -> np.ndarray:
+    """RGB frames (num_envs, H, W, 3), one pixel per cell, of the agents at ``info``'s cells
+    (and goals): what ``ssilbench eval --video`` films, whatever the observation kind."""
+    palette = venv.observe.palette
+    base = background(venv.maze, with_goal=False, palette=palette)
+    images = render_cells(venv.maze, base, info["cell"], info["goal"], palette)
+    return images.transpose(0, 2, 3, 1)
+
+
 class MazeObserver:
     """Turns cells (and goals) into observations of one kind; shared by envs and datasets.
 

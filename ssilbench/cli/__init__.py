@@ -10,6 +10,7 @@ from ssilbench.cli.app import State, cli, main
 from ssilbench.cli.cache import cache
 from ssilbench.cli.curves import curves
 from ssilbench.cli.data import data
+from ssilbench.cli.eval import eval_cmd
 from ssilbench.cli.expert import expert
 from ssilbench.cli.leaderboard import leaderboard
 from ssilbench.cli.listing import list_cmd
@@ -19,7 +20,7 @@ from ssilbench.cli.status import status
 from ssilbench.cli.studies import analyze, plot, report
 
 for _command in (list_cmd, run, plan, leaderboard, plot, report, analyze, data, expert, cache,
-                 results, status, curves):  # fmt: skip
+                 results, status, curves, eval_cmd):  # fmt: skip
     cli.add_command(_command)
 
 __all__ = ["State", "cli", "main"]

@@ -51,8 +51,11 @@ def leaderboard(fmt: str, out: str | None, results: str, metric: str, compare, l
     if fmt == "html":  # the page also shows the runs' training curves
         from ssilbench.leaderboard.curves import store_curves_section
         from ssilbench.leaderboard.html import to_html
+        from ssilbench.leaderboard.videos import store_videos
 
-        text = to_html(table, store_curves_section(Path(results)))
+        page_dir = Path(out).expanduser().parent if out is not None else None
+        text = to_html(table, store_curves_section(Path(results)),
+                       store_videos(Path(results), page_dir))  # fmt: skip
     else:
         text = render(table, fmt)
     if out is None:

@@ -70,6 +70,10 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
     help="Save each run's training state every N steps (RESULTS/checkpoints) so that a "
     "killed run resumes where it was (a stacked group saves each of its runs).",
 )
+@click.option("--keep-policy", is_flag=True,
+              help="Keep each finished run's final policy and spec in RESULTS/policies, to "
+              "evaluate or film later with 'ssilbench eval RUN_ID' (a run's result and id are "
+              "the same with or without it).")  # fmt: skip
 @click.option(
     "--executor",
     type=click.Choice(EXECUTORS),
@@ -123,9 +127,11 @@ REMEASURE = click.Option(
     "(which were measured at another time, perhaps at another load), and keep the new ones.",
 )
 
+RUN_ONLY = ("dry_run", "yes", "keep_policy")  # flags of run that plan does not take
+
 plan = click.Command(
     "plan",
-    params=[p for p in run.params if p.name not in ("dry_run", "yes")] + [REMEASURE],
+    params=[p for p in run.params if p.name not in RUN_ONLY] + [REMEASURE],
     callback=_plan,
     help="What 'run' with the same arguments would do: its runs, the stages they train "
     "(shared, cached) and the estimated compute from step times measured on this device "
@@ -170,7 +176,7 @@ def run_command(state: State, flags: dict[str, Any]) -> None:
         len(prepared.plan.runs), loggers)  # fmt: skip
     with watch as on_progress:
         report = execute_run(prepared, state.plugins, state.plugin_flags, on_progress)
-    for line in summary_lines(report, prepared.results_dir):
+    for line in summary_lines(report, prepared.results_dir, options.keep_policy):
         click.echo(line, err=True)
     if not report.ok:
         sys.exit(1)
@@ -203,8 +209,9 @@ def confirm_start(state: State, prepared: PreparedRun) -> bool:
     return click.confirm(f"Start {len(estimate.pending)} run(s)?", default=False, err=True)
 
 
-def summary_lines(report: SweepSummary, results_dir: Path) -> list[str]:
-    """What a finished sweep tells on stderr: counts, each failure, what to run next."""
+def summary_lines(report: SweepSummary, results_dir: Path, kept: bool = False) -> list[str]:
+    """What a finished sweep tells on stderr: counts, each failure, what to run next
+    (``kept``: where the runs' policies were kept, and how to evaluate one)."""
     lines = [
         f"{report.done} run(s) done, {report.skipped} already recorded, "
         f"{len(report.failed)} failed; results in {results_dir}"
@@ -218,6 +225,11 @@ def summary_lines(report: SweepSummary, results_dir: Path) -> list[str]:
     if report.interrupted:
         lines.append(f"  {report.lost}: {report.interrupted} run(s) interrupted; run the same "
                      "command again to resume them.")  # fmt: skip
+    if kept and report.done:
+        from ssilbench.eval.kept import POLICIES
+
+        lines.append(f"  policies kept in {results_dir / POLICIES} (<run id>.pt): evaluate or "
+                     f"film one with 'ssilbench eval RUN_ID --results {results_dir}'.")  # fmt: skip
     if report.failed_before:
         lines.append(f"  {report.failed_before} run(s) failed in an earlier sweep; add "
                      "--retry-failed to run them again.")  # fmt: skip

@@ -256,18 +256,23 @@ class Evaluator:
     """
 
     def __init__(
-        self, task: Task, device: torch.device, rollouts: bool = True, run_seed: int = 0
+        self,
+        task: Task,
+        device: torch.device,
+        rollouts: bool = True,
+        run_seed: int = 0,
+        venv=None,
     ) -> None:
+        """``venv``: the vector env to play instead of the protocol's (``ssilbench eval``:
+        fewer episodes, or a filmed one)."""
         self.task = task
         self.spec = task.spec
         self.device = device
         self.run_seed = run_seed
         # Without rollouts only the test-set metrics are computed (and the score is NaN).
-        self.venv = (
-            task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
-            if rollouts
-            else None
-        )
+        if venv is None and rollouts:
+            venv = task.make_vec_env(self.spec.eval_episodes, seed=self.spec.eval_seed)
+        self.venv = venv
         test_set = task.test_set()
         self.test_set = TestSetScorer(test_set, device) if test_set is not None else None
 

@@ -92,13 +92,16 @@ def _cell_text(c: Cell) -> str:
     return f"{c.mean:.3f}{interval_text(c.low, c.high)}"
 
 
-def _cell_td(c: Cell | None, where: str) -> str:
-    """A cell as a <td>: its mean, interval and n, its seeds and provenance as tooltip."""
+def _cell_td(c: Cell | None, where: str, video: str | None = None) -> str:
+    """A cell as a <td>: its mean, interval and n, its seeds and provenance as tooltip, and
+    a link to a rollout of one of its runs where ``video`` is given."""
     if c is None:
         return '<td data-value="NaN">–</td>'
     title = f"{where}: {_seed_list(c)}; " + "; ".join(c.provenance)
     cls = ' class="best"' if c.best else ""
     text = f"{escape(_cell_text(c))} <span class=note>(n={c.n})</span>"
+    if video is not None:
+        text += f' <a href="{escape(video)}" title="a rollout of this cell">&#9654;</a>'
     return f'<td{cls} data-value="{_num(c.mean)}" title="{escape(title)}">{text}</td>'
 
 
@@ -121,7 +124,7 @@ def _group_section(g: GroupTable, t: EnvTable) -> str:
     )
 
 
-def _env_table(t: EnvTable) -> str:
+def _env_table(t: EnvTable, videos: dict[tuple[str, str, str], str]) -> str:
     head = "".join(
         f"<th>{escape(h)}</th>" for h in ["method", *(f"N_L={b}" for b in t.budgets), "AUC"]
     )
@@ -134,7 +137,7 @@ def _env_table(t: EnvTable) -> str:
             if c is None:
                 cells.append('<td data-value="NaN">–</td>')
                 continue
-            cells.append(_cell_td(c, f"{method}, N_L={b}"))
+            cells.append(_cell_td(c, f"{method}, N_L={b}", videos.get((t.env, method, b))))
         auc = t.efficiency.get(method)
         cls = ' class="best"' if auc is not None and auc == best_auc else ""
         cells.append(f'<td{cls} data-value="{_num(auc)}">'
@@ -408,15 +411,18 @@ def _suite_section(s: SuiteTable) -> str:
     return "".join(parts)
 
 
-def to_html(table: Table, curves: str = "") -> str:
+def to_html(
+    table: Table, curves: str = "", videos: dict[tuple[str, str, str], str] | None = None
+) -> str:
     """The page, from the table model every other export reads; ``curves``: the training
-    curves' section (``ssilbench.leaderboard.curves.store_curves_section``), appended."""
+    curves' section (``ssilbench.leaderboard.curves.store_curves_section``), appended;
+    ``videos``: links to rollouts per cell (``ssilbench.leaderboard.videos.cell_videos``)."""
     body = ["<h1>ssilbench leaderboard</h1>"]
     if not table.tables:
         body.append("<p>No finished runs in this results store.</p>")
     for t in table.tables:
         body.append(f"<h2>{escape(t.env)}</h2>")
-        body.append(_env_table(t))
+        body.append(_env_table(t, videos or {}))
         body.append(_footnote(t))
         body.append(_efficiency_figure(t))
         if (g := table.group_table(t.env)) is not None:

@@ -125,7 +125,8 @@ class RunOptions:
     estimate leaves them out), and ``remeasure`` measures again those it would otherwise
     take from the kept or shipped ones. ``threads`` is a count of torch threads per training
     process, ``"auto"`` (the default; None means it too) or ``"torch"`` (see
-    :data:`THREAD_SETTINGS`).
+    :data:`THREAD_SETTINGS`). ``keep_policy`` keeps each finished run's final policy in
+    ``RESULTS/policies`` (``ssilbench.eval.kept``); it changes no run's id or result.
     """
 
     results: Path
@@ -141,6 +142,7 @@ class RunOptions:
     stack: bool | None = None  # None: stacked in one process, one run at a time in a pool
     cache: bool = True
     checkpoint_every: int | None = None
+    keep_policy: bool = False  # each finished run's final policy in RESULTS/policies
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     dry_run: bool = False
     save_timings: bool = False

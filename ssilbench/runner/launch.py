@@ -253,6 +253,7 @@ def execute_run(
 ) -> SweepSummary:
     """Execute the runs not recorded yet into the results store; ``plugin_flags`` let worker
     processes load the same plugins, ``on_progress(event, text)`` follows the sweep."""
+    from ssilbench.eval.kept import POLICIES
     from ssilbench.runner.sweep import PoolSetup, run_sweep
     from ssilbench.runner.worker import RunStorage
     from ssilbench.runs.store import ResultsStore
@@ -263,6 +264,7 @@ def execute_run(
         cache_root=results_dir / "cache" if options.cache else None,
         checkpoint_root=results_dir / CHECKPOINTS,
         checkpoint_every=options.checkpoint_every or 0,
+        policy_root=results_dir / POLICIES if options.keep_policy else None,
     )
     threads = prepared.threads.threads if prepared.threads is not None else 1
     setup = PoolSetup(plugin_flags=plugin_flags, data_root=options.data_root,

@@ -8,6 +8,7 @@ import platform
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import ssilbench
 from ssilbench.api import Policy, RunContext, Stage, VideoModel
 from ssilbench.data.split import LabeledView, UnlabeledView, split
 from ssilbench.errors import UsageError
+from ssilbench.eval.kept import keep_policy
 from ssilbench.eval.overlap import OverlappedEvaluation
 from ssilbench.eval.rollout import Evaluator
 from ssilbench.planning.plan import MethodInfo, SweepPlan, TaskInfo, architecture_names
@@ -82,12 +84,14 @@ def _git_revision() -> str | None:
 @dataclass(frozen=True)
 class RunStorage:
     """Where runs keep what outlives one process: reusable trained stages
-    (``cache_root``) and training checkpoints (``checkpoint_root``, every
-    ``checkpoint_every`` steps; 0 = none)."""
+    (``cache_root``), training checkpoints (``checkpoint_root``, every
+    ``checkpoint_every`` steps; 0 = none) and, where ``policy_root`` is set, each finished
+    run's final policy (``ssilbench.eval.kept``)."""
 
     cache_root: Path | None = None
     checkpoint_root: Path | None = None
     checkpoint_every: int = 0
+    policy_root: Path | None = None
 
     def cache(self, code: dict[str, str] | None = None) -> StageCache | None:
         """The stage cache of a run whose architectures' plugins have the code ``code``
@@ -111,6 +115,7 @@ class PreparedRun:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     overlapped: OverlappedEvaluation | None = None
     telemetry: RunTelemetry | None = None
+    keep: Callable[[Policy, int], Any] | None = None  # stores the final policy (its step)
 
     def abort(self) -> None:
         """Release the evaluator after a failed fit (an evaluation in flight ends first; the
@@ -245,7 +250,12 @@ def set_up_run(
 
     ctx = inputs.context(method, task, plugins, device, spec.seed, plan, stopping=stopping,
                          metrics=log_metric)  # fmt: skip
-    return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped, telemetry)
+    keep = None
+    if storage.policy_root is not None:
+        plugin = plugins.methods.entries[spec.method].origin.plugin
+        keep = partial(keep_policy, storage.policy_root, spec.run_id, spec.document(),
+                       plugin=plugin)  # fmt: skip
+    return PreparedRun(spec, method, ctx, evaluator, timeline, overlapped, telemetry, keep)
 
 
 def architectures_code(
@@ -281,6 +291,8 @@ def finish(run: PreparedRun, policy) -> RunOutcome:
         run.ctx.plan.checkpoints.clear()  # the run is complete: nothing to resume
     env_spec = run.ctx.spec
     final = run.timeline[-1]
+    if run.keep is not None:  # the policy its final evaluation scored, for ssilbench eval
+        run.keep(policy, final["step"])
     curves: list[dict[str, Any]] = []
     if run.telemetry is not None:
         run.telemetry.finished()
