@@ -147,8 +147,10 @@ def choose_format(fmt: str) -> str:
     if fmt == "auto":
         return "mp4" if ffmpeg_available() else "gif"
     if fmt == "mp4" and not ffmpeg_available():
-        raise UsageError("MP4 needs imageio and imageio-ffmpeg: pip install 'ssilbench[video]', "
-                         "or write GIFs with --format gif.")  # fmt: skip
+        raise UsageError("MP4 needs imageio and a working imageio-ffmpeg: pip install "
+                         "'ssilbench[video]' (imageio-ffmpeg 0.4 or later; procgen's gym3 pins "
+                         "it below 0.4, which needs setuptools' pkg_resources), or write GIFs "
+                         "with --format gif.")  # fmt: skip
     if fmt == "gif" and importlib.util.find_spec("PIL") is None:
         raise UsageError("GIF needs Pillow: pip install 'ssilbench[video]' (which writes MP4 "
                          "too).")  # fmt: skip
