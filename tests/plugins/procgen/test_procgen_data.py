@@ -340,8 +340,16 @@ def test_collect_from_an_untrained_policy(tmp_path):
     assert store.root == dataset_dir(tmp_path, "collected", GAME) / "train"
     assert store.actions.min() >= 0 and store.actions.max() < 15
     assert store.manifest["producer"]["source"] == "collect"
-    again = ProcgenEnvironment().load(GAME, ProcgenOptions(dataset="collected"))
+    recorded = store.manifest["metadata"]  # the collecting expert's return, for normalising
+    assert recorded["complete_episodes"] >= 1 and recorded["episode_return_mean"] is not None
+    # An untrained expert scores below a random policy: a run normalised by it is refused.
+    weak = ProcgenEnvironment().load(GAME, ProcgenOptions(dataset="collected"))
+    with pytest.raises(DatasetError, match="not above a uniform-random policy's 1.53"):
+        weak.dataset(tmp_path)
+    options = ProcgenOptions(dataset="collected", normaliser="lapo_table")
+    again = ProcgenEnvironment().load(GAME, options)
     assert again.dataset(tmp_path).manifest["files"] == store.manifest["files"]
+    assert again.spec.normaliser.name == "lapo"
     with pytest.raises(UsageError, match="already holds a dataset"):
         task.collect_dataset(policy, 120, tmp_path, seed=3)
     twin = task.collect_dataset(policy, 120, tmp_path, seed=3, replace=True, log=lambda _: None)
