@@ -47,14 +47,16 @@ def dataset_origin(store: TransitionStore, data_root: Path | None = None) -> dic
     folder (under ``data_root`` where it lies there), ``source``, where its data came from
     (the producer's: ``import``, ``collect``, ...; ``joined`` for a store joined from others,
     ``built`` for one its plugin generated) and ``plugin``, the producer's plugin."""
-    producer = store.manifest.get("producer", {})
+    producer = (store.manifest or {}).get("producer")
+    producer = producer if isinstance(producer, dict) else {}
     root = Path(store.root)
     try:
         path = root.resolve().relative_to(Path(data_root).resolve()) if data_root else root
     except ValueError:  # a store outside the data root
         path = root
     source = producer.get("source") or ("joined" if "joined" in producer else "built")
-    return {"path": path.as_posix(), "source": str(source), "plugin": producer.get("plugin", "")}
+    return {"path": path.as_posix(), "source": str(source),
+            "plugin": str(producer.get("plugin", ""))}  # fmt: skip
 
 
 def plugin_versions(registries: list[tuple[Registry[Any], str]]) -> dict[str, str]:
