@@ -324,6 +324,7 @@ def to_tex(table: Table) -> str:
                    f"[{tex_escape(SEED_INTERVAL)}]; best mean per "
                    "column in bold. AUC: mean score over the budgets on a log $N_L$ "
                    "scale.")  # fmt: skip
+        caption += "".join(" " + tex_escape(line) for line in origin_sentences(t.origin))
         if t.plugins:
             caption += " " + tex_escape(plugins_sentence(t))
         parts.append(_tex_table(caption, header, rows))

@@ -80,7 +80,7 @@ def test_runs_recorded_before_the_fields_say_unknown():
     assert "Normalised score: success rate" in old
 
 
-def test_csv_json_and_html_carry_the_same_lines():
+def test_csv_json_tex_and_html_carry_the_same_lines():
     table = build_table(store())
     rows = [r for r in csv.DictReader(io.StringIO(render(table, "csv"))) if r["kind"] == "origin"]
     found = {(r["env"], r["metric"]): r["statistic"] for r in rows}
@@ -90,5 +90,7 @@ def test_csv_json_and_html_carry_the_same_lines():
     tables = {t["env"]: t for t in json.loads(render(table, "json"))["tables"]}
     assert tables["procgen:coinrun"]["origin"]["dataset"] == (
         "procgen/expert/coinrun/train (imported)")  # fmt: skip
+    assert r"Steps: 120,000 per run (the paper's). Protocol: the paper's (Figure 3)" in render(
+        table, "tex")  # fmt: skip
     html = render(table, "html")
     assert "Dataset: procgen/mine/bigfish/train (collected here). Steps: 1,200 per run" in html
