@@ -44,6 +44,9 @@ DEFAULT_STEPS = 120_000
 _TEST_SAMPLE_SEED = 0
 _COLLECT_ENVS = 16
 _TEST_SEED_OFFSET = 1_000_003
+_RANDOM_SEED_OFFSET = 2_000_003
+# Episodes of a uniform-random policy 'data collect' measures, as an evaluation scores.
+RANDOM_EPISODES = 64
 
 
 class ProcgenOptions(BaseModel):
@@ -280,7 +283,7 @@ class ProcgenTask(Task):
         import torch
 
         from ssilbench.kit import sha256_file
-        from ssilbench_procgen.collect import collect_rollouts
+        from ssilbench_procgen.collect import collect_rollouts, measure_random
         from ssilbench_procgen.ppo import load_expert
         from ssilbench_procgen.vec_env import import_procgen
 
@@ -305,10 +308,17 @@ class ProcgenTask(Task):
             "frames": frames,
             "distribution_mode": self.options.distribution_mode,
         }
+        # The normaliser's random reference, counted as the expert's episodes are counted
+        # (short episodes weigh more), on levels the collection does not play.
+        log(f"{self.env_id}: measuring a uniform-random policy over {RANDOM_EPISODES} episodes")
+        random = measure_random(self._training_env(), RANDOM_EPISODES,
+                                seed + _RANDOM_SEED_OFFSET, _COLLECT_ENVS)  # fmt: skip
+        reference = {"complexity": complexity(self.game), "random_return_mean": random,
+                     "random_episodes": RANDOM_EPISODES}  # fmt: skip
         log(f"{self.env_id}: collecting {frames} frames with {policy}")
         store = collect_rollouts(
             self._training_env(), model, path, frames, seed, _COLLECT_ENVS, producer,
-            {"complexity": complexity(self.game)}, device or torch.device("cpu"), log,
+            reference, device or torch.device("cpu"), log,
         )  # fmt: skip
         # A test split left by the data this one replaced describes other data.
         shutil.rmtree(path.parent / "test", ignore_errors=True)

@@ -7,7 +7,8 @@ from LAPO's table for the paper's data. A dataset collected here comes from anot
 bigfish), so LAPO's expert would put every method near 0. Such a dataset is normalised by
 its own expert instead: the mean return of the complete episodes collected, which
 ``data collect`` records in the dataset's manifest, so that 1 means "as good as the
-policy that made the data".
+policy that made the data"; random is a uniform-random policy's return ``data collect``
+measures the same way beside it (LAPO's table for datasets collected before it did).
 
 The normaliser a task declares before its dataset is opened (:func:`declared`) is what the
 run's protocol fingerprint hashes; the one a run scores with (:func:`for_dataset`) is
@@ -73,7 +74,7 @@ def for_dataset(game: str, options: ProcgenOptions, manifest: dict[str, Any]) ->
         return chosen
     metadata = manifest.get("metadata", {})
     expert, episodes = metadata.get("episode_return_mean"), metadata.get("complete_episodes")
-    random = LAPO_RANGES[game][0]
+    random, random_source = _random_reference(game, metadata)
     if expert is None or not episodes:
         raise DatasetError(
             f"{where} records no expert return (no episode ended while it was collected): "
@@ -83,9 +84,10 @@ def for_dataset(game: str, options: ProcgenOptions, manifest: dict[str, Any]) ->
     if expert <= random:
         raise DatasetError(
             f"The expert that collected {where} returned {expert:.2f} on average over "
-            f"{episodes} episodes, not above a uniform-random policy's {random:.2f} (LAPO's "
-            "table), so scores normalised by it would mean nothing. Collect the data with a "
-            "stronger expert (train it longer with 'ssilbench expert train'), or choose "
+            f"{episodes} episodes, not above a uniform-random policy's {random:.2f} "
+            f"({random_source}), so scores normalised by it would mean nothing. Collect the "
+            "data with a stronger expert (train it longer with 'ssilbench expert train'), or "
+            "choose "
             f"-o normaliser=lapo_table (LAPO's expert, {LAPO_RANGES[game][1]:.2f}) or "
             "-o normaliser=procgen."
         )
@@ -93,6 +95,15 @@ def for_dataset(game: str, options: ProcgenOptions, manifest: dict[str, Any]) ->
     source = (
         f"(R - random) / (expert - random): expert, the mean return of the {episodes} complete "
         f"episodes of the policy that collected the dataset ({policy}), recorded at "
-        "collection; random, a uniform-random policy's (LAPO's table, easy mode)"
+        f"collection; random, a uniform-random policy's ({random_source})"
     )
     return Normaliser(name="dataset", low=random, high=float(expert), source=source)
+
+
+def _random_reference(game: str, metadata: dict[str, Any]) -> tuple[float, str]:
+    """A uniform-random policy's return as 'data collect' measured it beside the expert's,
+    or, for a dataset collected before it did, LAPO's table; and where it comes from."""
+    measured, count = metadata.get("random_return_mean"), metadata.get("random_episodes")
+    if measured is not None and count:
+        return float(measured), f"{count} episodes measured at collection, counted alike"
+    return LAPO_RANGES[game][0], "LAPO's table, easy mode"

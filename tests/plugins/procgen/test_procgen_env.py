@@ -60,7 +60,7 @@ def test_normalisers():
         environment.load("bigfish", ProcgenOptions(distribution_mode="hard"))
 
 
-def _dataset(root, name: str, source: str, expert_return: float | None = None) -> None:
+def _dataset(root, name: str, source: str, expert_return: float | None = None, **measured):
     """A 6-frame bigfish dataset as 'data collect' (or 'data import') records it."""
     from ssilbench.kit import TransitionStore
 
@@ -69,7 +69,7 @@ def _dataset(root, name: str, source: str, expert_return: float | None = None) -
         obs=np.zeros((6, 3, 64, 64), np.uint8), actions=np.zeros(6, np.int64),
         rewards=np.zeros(6, np.float32), episode_ends=np.array([3, 6]),
         producer={"plugin": "ssilbench_procgen", "source": source, "policy": "/x/expert.pt"},
-        metadata={"episode_return_mean": expert_return, "complete_episodes": 4},
+        metadata={"episode_return_mean": expert_return, "complete_episodes": 4, **measured},
     )  # fmt: skip
 
 
@@ -83,6 +83,7 @@ def test_a_collected_dataset_is_normalised_by_its_own_expert(tmp_path):
     assert norm.name == "dataset" and (norm.low, norm.high) == (random, 10.0)
     assert norm(10.0) == pytest.approx(1.0) and norm(random) == pytest.approx(0.0)
     assert "the 4 complete episodes" in norm.source and "(expert.pt)" in norm.source
+    assert "random, a uniform-random policy's (LAPO's table" in norm.source  # none measured
     # The protocol a run id hashes (the spec but its metadata) is taken before the dataset
     # is opened: the paper's, so the default option names the runs it always named.
     paper = environment.load("bigfish", ProcgenOptions()).spec
@@ -93,6 +94,12 @@ def test_a_collected_dataset_is_normalised_by_its_own_expert(tmp_path):
     table = environment.load("bigfish", ProcgenOptions(dataset="mine", normaliser="lapo_table"))
     table.dataset(tmp_path)
     assert table.spec.normaliser == paper.normaliser
+    # A random policy's return measured at collection is the reference it records.
+    _dataset(tmp_path, "measured", "collect", 10.0, random_return_mean=0.5, random_episodes=64)
+    measured = environment.load("bigfish", ProcgenOptions(dataset="measured"))
+    measured.dataset(tmp_path)
+    assert (measured.spec.normaliser.low, measured.spec.normaliser.high) == (0.5, 10.0)
+    assert "(64 episodes measured at collection" in measured.spec.normaliser.source
     _dataset(tmp_path, "weak", "collect", 0.66)
     weak = environment.load("bigfish", ProcgenOptions(dataset="weak"))
     with pytest.raises(DatasetError, match=r"returned 0.66 on average over 4 episodes, not abo"):
