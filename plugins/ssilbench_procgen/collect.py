@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ssilbench.kit import TransitionStore, TransitionStoreWriter, as_model_input
-from ssilbench_procgen.games import OBS_SHAPE
+from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 from ssilbench_procgen.ppo import ProgressLines
 
 
@@ -81,6 +81,31 @@ def collect_rollouts(
             return writer.commit()
     finally:
         venv.close()
+
+
+def measure_random(
+    make_env: Callable[[int, int], Any], episodes: int, seed: int, num_envs: int
+) -> float:
+    """The mean return of a uniform-random policy over its first ``episodes`` complete
+    episodes, counted as :func:`collect_rollouts` counts the expert's (in the order they end
+    across ``num_envs`` environments, which restart at once), on levels seeded by ``seed``."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    venv = make_env(num_envs, seed)
+    returns: list[float] = []
+    try:
+        venv.reset(seed=seed)
+        running = np.zeros(num_envs)
+        while len(returns) < episodes:
+            _, reward, terminated, truncated, _ = venv.step(
+                rng.integers(NUM_ACTIONS, size=num_envs)
+            )
+            running += np.asarray(reward, dtype=np.float64)
+            for i in np.flatnonzero(np.asarray(terminated) | np.asarray(truncated)):
+                returns.append(float(running[i]))
+                running[i] = 0.0
+    finally:
+        venv.close()
+    return float(np.mean(returns[:episodes]))
 
 
 def _write(writer: TransitionStoreWriter, episode: _Episode, room: int) -> None:

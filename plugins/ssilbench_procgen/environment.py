@@ -10,11 +10,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ssilbench.api import (
-    ConfigError,
     DatasetError,
     Environment,
     EnvSpec,
-    Normaliser,
     PaperProtocol,
     Task,
     TestSet,
@@ -26,13 +24,12 @@ from ssilbench_procgen.games import (
     ACTION_NAMES,
     GAMES,
     HORIZON,
-    LAPO_RANGES,
     MAX_DATA_CHUNKS,
     NUM_ACTIONS,
     OBS_SHAPE,
-    PROCGEN_RANGES,
     complexity,
 )
+from ssilbench_procgen.normalisers import declared, for_dataset
 
 if TYPE_CHECKING:
     import torch
@@ -47,12 +44,9 @@ DEFAULT_STEPS = 120_000
 _TEST_SAMPLE_SEED = 0
 _COLLECT_ENVS = 16
 _TEST_SEED_OFFSET = 1_000_003
-
-LAPO_SOURCE = (
-    "(R - random) / (expert - random): uniform-random-policy return and mean expert-data "
-    "return, easy mode (LAPO's table, as in the paper)"
-)
-PROCGEN_SOURCE = "(R - Rmin) / (Rmax - Rmin) of Cobbe et al. 2020 for the distribution mode"
+_RANDOM_SEED_OFFSET = 2_000_003
+# Episodes of a uniform-random policy 'data collect' measures, as an evaluation scores.
+RANDOM_EPISODES = 64
 
 
 class ProcgenOptions(BaseModel):
@@ -69,10 +63,13 @@ class ProcgenOptions(BaseModel):
     start_level: int = Field(
         54321, ge=0, description="First level seed for evaluation (54321 in the paper's code)."
     )
-    normaliser: Literal["lapo", "procgen"] = Field(
+    normaliser: Literal["lapo", "dataset", "lapo_table", "procgen"] = Field(
         "lapo",
-        description="'lapo': (R - random)/(expert - random), the paper's (easy mode only); "
-        "'procgen': (R - Rmin)/(Rmax - Rmin) of Cobbe et al. 2020.",
+        description="'lapo': (R - random)/(expert - random), the paper's (easy mode only), "
+        "expert being the return 'data collect' recorded for a dataset collected here and "
+        "LAPO's table for the paper's data; 'dataset': the recorded return only; "
+        "'lapo_table': LAPO's table whatever the data; 'procgen': (R - Rmin)/(Rmax - Rmin) "
+        "of Cobbe et al. 2020.",
     )
     dataset: str = Field(
         "expert",
@@ -110,19 +107,6 @@ class ProcgenOptions(BaseModel):
     )
 
 
-def normaliser(game: str, options: ProcgenOptions) -> Normaliser:
-    if options.normaliser == "lapo":
-        if options.distribution_mode != "easy":
-            raise ConfigError(
-                "normaliser=lapo is measured in easy mode only; with "
-                f"distribution_mode={options.distribution_mode} use -o normaliser=procgen."
-            )
-        low, high = LAPO_RANGES[game]
-        return Normaliser(name="lapo", low=low, high=high, source=LAPO_SOURCE)
-    low, high = PROCGEN_RANGES[options.distribution_mode][game]
-    return Normaliser(name="procgen", low=low, high=high, source=PROCGEN_SOURCE)
-
-
 def dataset_dir(root: Path, name: str, game: str) -> Path:
     """DATA_ROOT/procgen/<dataset>/<game>: holds the ``train`` and ``test`` stores."""
     return Path(root) / "procgen" / name / game
@@ -151,7 +135,7 @@ class ProcgenTask(Task):
             action_selection="sample",
             default_steps=DEFAULT_STEPS,
             default_arch="impala",
-            normaliser=normaliser(game, options),
+            normaliser=declared(game, options),
             report="max",
             metadata={
                 "complexity": complexity(game),
@@ -184,7 +168,13 @@ class ProcgenTask(Task):
                 f"'ssilbench data collect {self.env_id} --policy CHECKPOINT --frames N{flag} "
                 f"--data-root {root}' (see docs/environments/procgen.md)."
             )
-        store = self._as_read(TransitionStore.open(train, verify=True), root)
+        opened = TransitionStore.open(train, verify=True)
+        store = self._as_read(opened, root)
+        # The dataset decides the normaliser a run scores with (its own expert's return
+        # where it was collected here); the protocol fingerprint was taken before, from
+        # the declared one, and the data fingerprint names the dataset.
+        normaliser = for_dataset(self.game, self.options, opened.manifest)
+        self.spec = self.spec.model_copy(update={"normaliser": normaliser})
         self._data_dir = folder
         return store
 
@@ -293,7 +283,7 @@ class ProcgenTask(Task):
         import torch
 
         from ssilbench.kit import sha256_file
-        from ssilbench_procgen.collect import collect_rollouts
+        from ssilbench_procgen.collect import collect_rollouts, measure_random
         from ssilbench_procgen.ppo import load_expert
         from ssilbench_procgen.vec_env import import_procgen
 
@@ -318,10 +308,17 @@ class ProcgenTask(Task):
             "frames": frames,
             "distribution_mode": self.options.distribution_mode,
         }
+        # The normaliser's random reference, counted as the expert's episodes are counted
+        # (short episodes weigh more), on levels the collection does not play.
+        log(f"{self.env_id}: measuring a uniform-random policy over {RANDOM_EPISODES} episodes")
+        random = measure_random(self._training_env(), RANDOM_EPISODES,
+                                seed + _RANDOM_SEED_OFFSET, _COLLECT_ENVS)  # fmt: skip
+        reference = {"complexity": complexity(self.game), "random_return_mean": random,
+                     "random_episodes": RANDOM_EPISODES}  # fmt: skip
         log(f"{self.env_id}: collecting {frames} frames with {policy}")
         store = collect_rollouts(
             self._training_env(), model, path, frames, seed, _COLLECT_ENVS, producer,
-            {"complexity": complexity(self.game)}, device or torch.device("cpu"), log,
+            reference, device or torch.device("cpu"), log,
         )  # fmt: skip
         # A test split left by the data this one replaced describes other data.
         shutil.rmtree(path.parent / "test", ignore_errors=True)

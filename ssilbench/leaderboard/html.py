@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED
+from ssilbench.leaderboard.origin import origin_sentences
 from ssilbench.leaderboard.stats import SEED_INTERVAL
 from ssilbench.leaderboard.table import (
     Cell,
@@ -165,6 +166,7 @@ def _footnote(t: EnvTable) -> str:
         "score over the budgets on a log N_L scale. Figure: the means as lines, the intervals "
         f"as shaded bands.</p><p class=prov>Provenance: {escape(' | '.join(origins))}</p>"
         + (f"<p class=prov>{escape(plugins_sentence(t))}</p>" if t.plugins else "")
+        + (f"<p class=prov>{escape(' '.join(origin_sentences(t.origin)))}</p>" if t.origin else "")
     )
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ssilbench.leaderboard.aggregate import BOOTSTRAP_REPS, BOOTSTRAP_SEED, Interval
+from ssilbench.leaderboard.origin import origin_sentences
 from ssilbench.leaderboard.stats import SEED_INTERVAL
 from ssilbench.leaderboard.table import (
     Cell,
@@ -60,7 +61,7 @@ def _budget_header(budget: str, unit: str = "transitions") -> str:
 
 def _footnote(table: EnvTable) -> str:
     what = "final evaluation" if table.report == "final" else f"{table.report} over training"
-    lines = []
+    lines = [md_escape(line) for line in origin_sentences(table.origin)]
     if table.metric == "score":
         for norm in table.normalisers:
             source = f" — {norm['source']}" if norm.get("source") else ""
@@ -255,6 +256,9 @@ def to_csv(table: Table) -> str:
                     )  # fmt: skip
     for row in plugin_rows(table):
         writer.writerow(row)
+    for t in table.tables:  # what each table's numbers stand on: dataset, steps, protocol
+        for key, text in t.origin.items():
+            writer.writerow(["origin", t.env, "", "", key, text, *[""] * 8])
     return out.getvalue()
 
 
@@ -320,6 +324,7 @@ def to_tex(table: Table) -> str:
                    f"[{tex_escape(SEED_INTERVAL)}]; best mean per "
                    "column in bold. AUC: mean score over the budgets on a log $N_L$ "
                    "scale.")  # fmt: skip
+        caption += "".join(" " + tex_escape(line) for line in origin_sentences(t.origin))
         if t.plugins:
             caption += " " + tex_escape(plugins_sentence(t))
         parts.append(_tex_table(caption, header, rows))

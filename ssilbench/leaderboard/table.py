@@ -3,8 +3,9 @@
 One table per environment label; rows are method labels, columns are label budgets N_L,
 cells are the mean over seeds with a 95% percentile-bootstrap interval
 (:func:`ssilbench.leaderboard.stats.seed_interval`), the seed count and the seeds. The best mean per
-column is marked. Each table names the normaliser its scores went through, and gives each
-method's sample efficiency (mean score over the budgets on a log scale).
+column is marked. Each table names the normaliser its scores went through, its runs'
+dataset, steps and protocol (``ssilbench.leaderboard.origin``), and gives each method's
+sample efficiency (mean score over the budgets on a log scale).
 
 Environments of one family run with the same options form a **suite** (``maze:all``,
 ``procgen:all (distribution=easy)``): per method and budget, the interquartile mean (IQM)
@@ -33,6 +34,7 @@ from ssilbench.leaderboard.aggregate import (
     performance_profile,
     sample_efficiency,
 )
+from ssilbench.leaderboard.origin import origin_lines
 from ssilbench.leaderboard.stats import seed_interval
 
 if TYPE_CHECKING:
@@ -67,6 +69,9 @@ class EnvTable:
     """Every plugin behind the table's runs: ``plugin``, ``release`` (its distribution and
     version, as the runs recorded it) and ``code`` (the fingerprint of its files; "" for
     runs recorded before fingerprints), one entry per distinct combination, sorted."""
+    origin: dict[str, str] = field(default_factory=dict)
+    """What the numbers stand on: ``dataset``, ``steps`` and ``protocol``
+    (:func:`ssilbench.leaderboard.origin.origin_lines`)."""
 
     def cell(self, method: str, budget: str) -> Cell | None:
         return self.cells.get(method, {}).get(budget)
@@ -306,16 +311,14 @@ def build_table(
         by_method = values[env]
         budgets = sorted({b for m in by_method.values() for b in m}, key=budget_sort_key)
         table = EnvTable(
-            env=env,
-            metric=metric,
-            report="/".join(sorted(meta[env]["reports"])),
+            env=env, metric=metric, report="/".join(sorted(meta[env]["reports"])),
             normalisers=meta[env]["normalisers"] if metric == "score" else [],
-            budgets=budgets,
-            methods=sorted(by_method),
+            budgets=budgets, methods=sorted(by_method),
             n_labeled={b: sum(n) / len(n) for b, n in sizes[env].items()},
             unit=meta[env].get("unit", "transitions"),
-            plugins=plugins_behind([r for r in records if r.env_label == env], metric),
-        )
+            plugins=plugins_behind(mine := [r for r in records if r.env_label == env], metric),
+            origin=origin_lines([r for r in mine if r.value(metric) is not None]),
+        )  # fmt: skip
         for method, by_budget in by_method.items():
             for budget, samples in by_budget.items():
                 # In seed order, here and in the suites' bootstraps below: the draws index

@@ -48,6 +48,7 @@ from ssilbench.runner.worker import (
     describe_device,
     execute,
     execute_many,
+    setup_provenance,
     versions,
 )
 from ssilbench.runs.spec import RunSpec
@@ -313,7 +314,9 @@ class SweepExecution:
         mine = []
         for index in unit:
             spec = self.plan.runs[index]
-            if self.store.start(spec, *self.labels[index], self.device_name, self.provenance,
+            task = self.plan.task_of(spec)
+            provenance = {**self.provenance, **setup_provenance(task, self.plan.data_root)}
+            if self.store.start(spec, *self.labels[index], self.device_name, provenance,
                                 self.retry_failed):  # fmt: skip
                 mine.append(index)
                 if self.observer is not None:

@@ -25,6 +25,7 @@ from ssilbench.eval.rollout import Evaluator
 from ssilbench.planning.plan import MethodInfo, SweepPlan, TaskInfo, architecture_names
 from ssilbench.plugins import Plugins
 from ssilbench.runner.telemetry import RunTelemetry, current_sink
+from ssilbench.runs.identity import dataset_origin
 from ssilbench.runs.records import RunOutcome
 from ssilbench.runs.spec import RunSpec
 from ssilbench.stages import StagePlan, check_stages
@@ -64,6 +65,24 @@ def versions(plugins: Plugins) -> dict[str, Any]:
         "plugins": plugins.versions(),
         "git": _git_revision(),
     }
+
+
+def setup_provenance(task: TaskInfo, data_root: Path | None) -> dict[str, Any]:
+    """What a run's record keeps, beside the versions, for a leaderboard to say what its
+    numbers stand on: ``dataset`` (:func:`ssilbench.runs.identity.dataset_origin`) and
+    ``protocol``, the task's default steps and its family's paper protocol (None where the
+    family declares none). Neither enters the run's identity."""
+    out: dict[str, Any] = {}
+    if task.dataset is not None:
+        out["dataset"] = dataset_origin(task.dataset, data_root)
+    paper = task.environment.paper_protocol if task.environment is not None else None
+    out["protocol"] = {
+        "default_steps": task.spec.default_steps,
+        "paper": None if paper is None else {
+            "figure": paper.figure, "budgets": list(paper.budgets), "seeds": list(paper.seeds),
+            "steps": paper.steps or task.spec.default_steps},
+    }  # fmt: skip
+    return out
 
 
 def _git_revision() -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 from ssilbench.api import EnvSpec
@@ -39,6 +40,23 @@ def dataset_fingerprint(store: TransitionStore) -> str:
     """The dataset's manifest: its producer (generator and version, or the imported files),
     its shapes and the sha256 of every array."""
     return _digest(store.manifest)
+
+
+def dataset_origin(store: TransitionStore, data_root: Path | None = None) -> dict[str, Any]:
+    """What a run's record says of its dataset, for a leaderboard to name it: ``path``, its
+    folder (under ``data_root`` where it lies there), ``source``, where its data came from
+    (the producer's: ``import``, ``collect``, ...; ``joined`` for a store joined from others,
+    ``built`` for one its plugin generated) and ``plugin``, the producer's plugin."""
+    producer = (store.manifest or {}).get("producer")
+    producer = producer if isinstance(producer, dict) else {}
+    root = Path(store.root)
+    try:
+        path = root.resolve().relative_to(Path(data_root).resolve()) if data_root else root
+    except ValueError:  # a store outside the data root
+        path = root
+    source = producer.get("source") or ("joined" if "joined" in producer else "built")
+    return {"path": path.as_posix(), "source": str(source),
+            "plugin": str(producer.get("plugin", ""))}  # fmt: skip
 
 
 def plugin_versions(registries: list[tuple[Registry[Any], str]]) -> dict[str, str]:

@@ -87,7 +87,11 @@ def test_sweep_leaderboard_and_rerun(cli):
     assert len(cells) == 4 and {r["n"] for r in cells} == {"2"}
     # ... and a row per plugin behind the numbers, with its release and code fingerprint
     plugins = {r["method"]: r for r in table if r["kind"] == "plugin"}
-    assert set(plugins) == {"baselines", "maze"} and len(table) == 6
+    # ... and a row per line on what the numbers stand on: the built dataset, steps, protocol
+    origin = {r["metric"]: r["statistic"] for r in table if r["kind"] == "origin"}
+    assert set(origin) == {"dataset", "steps", "protocol"}
+    assert origin["dataset"].endswith("(built here by ssilbench_maze)")
+    assert set(plugins) == {"baselines", "maze"} and len(table) == 9
     assert all(p["metric"].startswith("ssilbench ") and len(p["statistic"]) == 16
                for p in plugins.values())  # fmt: skip
     scores = {r[4] for r in rows}

@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tempfile
 from pathlib import Path
 
 import click
@@ -283,9 +284,12 @@ CELL = re.compile(r"^(\*\*)?(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\] \(n=2\)(
 
 
 def check_leaderboard(block: str, args: list[str], where: str) -> None:
+    from ssilbench.data.datasets import task_dataset
     from ssilbench.leaderboard.render import to_markdown
     from ssilbench.leaderboard.table import build_table
+    from ssilbench.planning.plan import TaskInfo
     from ssilbench.plugins import load_plugins
+    from ssilbench.runner.worker import setup_provenance
     from ssilbench.runs.records import RunRecord
     from ssilbench.runs.spec import RunSpec
 
@@ -293,8 +297,16 @@ def check_leaderboard(block: str, args: list[str], where: str) -> None:
     env = next((line[3:] for line in lines if line.startswith("## ")), args[0] if args else "")
     assert env, f"{where}: name the environment (a '## ENV' heading, or the marker's argument)"
     family, task = env.split(":")
-    spec = load_plugins().environments.create(family).load(task).spec
+    environment = load_plugins().environments.create(family)
+    loaded = environment.load(task)
+    spec = loaded.spec
     normaliser, episodes = spec.normaliser, spec.eval_episodes
+    # What a run of the block's command records beside its versions: the task's dataset,
+    # built here as a run builds it, and its family's paper protocol; its default steps.
+    with tempfile.TemporaryDirectory() as root:
+        info = TaskInfo(env, environment.Options(), loaded, task_dataset(loaded, Path(root)),
+                        environment=environment)  # fmt: skip
+        setup = setup_provenance(info, Path(root))
 
     def exact(shown: str) -> float:
         """The score behind a 3-decimal value: a success rate over the protocol's episodes
@@ -314,10 +326,10 @@ def check_leaderboard(block: str, args: list[str], where: str) -> None:
             assert m, f"{where}: {cell!r} is not a two-seed cell"
             for seed, value in enumerate((exact(m.group(3)), exact(m.group(4)))):
                 run = RunSpec(method=method, config={}, env=env, options={}, budget=budget,
-                               seed=seed, steps=100, eval_every=50)  # fmt: skip
+                               seed=seed, steps=spec.default_steps, eval_every=50)  # fmt: skip
                 records.append(RunRecord.of(run, score=value, metrics={}, report="final",
                                             normaliser=normaliser.model_dump(),
-                                            n_labeled=int(budget)))  # fmt: skip
+                                            n_labeled=int(budget), versions=setup))  # fmt: skip
     real = to_markdown(build_table(records)).rstrip("\n")
     if block.startswith("# ssilbench leaderboard"):
         assert block == real, f"{where}:\n{block}\n---- the code gives ----\n{real}"

@@ -120,3 +120,14 @@ def test_a_run_another_live_sweep_holds_is_not_claimed(plan, plugins, tmp_path):
         assert events[1] == ("skipped", sweep.describe(1) + " (done or running in another sweep)")
         assert store.status(held.run_id) == "running"
         assert {store.status(plan.runs[i].run_id) for i in (0, 2)} == {"running"}
+
+
+def test_a_claimed_run_records_its_dataset_and_its_familys_paper_protocol(plan, plugins, tmp_path):
+    _sweep(plan, plugins, tmp_path, Scripted(1))
+    with ResultsStore(tmp_path) as store:
+        versions = store.run(plan.runs[0].run_id).versions
+    dataset = versions["dataset"]
+    assert dataset["path"].startswith("maze/10x10-") and "/" not in dataset["path"][5:]
+    assert (dataset["source"], dataset["plugin"]) == ("built", "ssilbench_maze")
+    assert versions["protocol"] == {"default_steps": 1500, "paper": None}  # maze declares none
+    assert versions["plugins"] and versions["ssilbench"]  # beside the versions, as before

@@ -8,6 +8,7 @@ file, and no store left behind that looks complete.
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -340,8 +341,21 @@ def test_collect_from_an_untrained_policy(tmp_path):
     assert store.root == dataset_dir(tmp_path, "collected", GAME) / "train"
     assert store.actions.min() >= 0 and store.actions.max() < 15
     assert store.manifest["producer"]["source"] == "collect"
-    again = ProcgenEnvironment().load(GAME, ProcgenOptions(dataset="collected"))
+    # The collecting expert's return and a random policy's, counted alike, for normalising.
+    recorded = store.manifest["metadata"]
+    assert recorded["complete_episodes"] >= 1 and recorded["episode_return_mean"] is not None
+    assert recorded["random_episodes"] == 64 and recorded["random_return_mean"] > 0
+    # An untrained expert scores below a random policy: a run normalised by it is refused.
+    weak = ProcgenEnvironment().load(GAME, ProcgenOptions(dataset="collected"))
+    random = f"{recorded['random_return_mean']:.2f} (64 episodes measured at collection"
+    with pytest.raises(
+        DatasetError, match=re.escape(f"not above a uniform-random policy's {random}")
+    ):
+        weak.dataset(tmp_path)
+    options = ProcgenOptions(dataset="collected", normaliser="lapo_table")
+    again = ProcgenEnvironment().load(GAME, options)
     assert again.dataset(tmp_path).manifest["files"] == store.manifest["files"]
+    assert again.spec.normaliser.name == "lapo"
     with pytest.raises(UsageError, match="already holds a dataset"):
         task.collect_dataset(policy, 120, tmp_path, seed=3)
     twin = task.collect_dataset(policy, 120, tmp_path, seed=3, replace=True, log=lambda _: None)

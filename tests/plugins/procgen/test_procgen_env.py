@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssilbench.api import ConfigError, UnknownNameError
+from ssilbench.api import ConfigError, DatasetError, UnknownNameError
 from ssilbench.testing import imported_after, load_plugins
-from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
+from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir
 from ssilbench_procgen.games import ACTION_NAMES, GAMES, LAPO_RANGES, PROCGEN_RANGES
 from ssilbench_procgen.vec_env import procgen_available
 
@@ -58,6 +58,58 @@ def test_normalisers():
     assert set(LAPO_RANGES) == set(GAMES) == set(PROCGEN_RANGES["hard"])
     with pytest.raises(ConfigError, match="normaliser=procgen"):
         environment.load("bigfish", ProcgenOptions(distribution_mode="hard"))
+
+
+def _dataset(root, name: str, source: str, expert_return: float | None = None, **measured):
+    """A 6-frame bigfish dataset as 'data collect' (or 'data import') records it."""
+    from ssilbench.kit import TransitionStore
+
+    TransitionStore.write(
+        dataset_dir(root, name, "bigfish") / "train",
+        obs=np.zeros((6, 3, 64, 64), np.uint8), actions=np.zeros(6, np.int64),
+        rewards=np.zeros(6, np.float32), episode_ends=np.array([3, 6]),
+        producer={"plugin": "ssilbench_procgen", "source": source, "policy": "/x/expert.pt"},
+        metadata={"episode_return_mean": expert_return, "complete_episodes": 4, **measured},
+    )  # fmt: skip
+
+
+def test_a_collected_dataset_is_normalised_by_its_own_expert(tmp_path):
+    environment, random = ProcgenEnvironment(), LAPO_RANGES["bigfish"][0]
+    _dataset(tmp_path, "mine", "collect", 10.0)
+    task = environment.load("bigfish", ProcgenOptions(dataset="mine"))
+    declared = task.spec
+    task.dataset(tmp_path)
+    norm = task.spec.normaliser
+    assert norm.name == "dataset" and (norm.low, norm.high) == (random, 10.0)
+    assert norm(10.0) == pytest.approx(1.0) and norm(random) == pytest.approx(0.0)
+    assert "the 4 complete episodes" in norm.source and "(expert.pt)" in norm.source
+    assert "random, a uniform-random policy's (LAPO's table" in norm.source  # none measured
+    # The protocol a run id hashes (the spec but its metadata) is taken before the dataset
+    # is opened: the paper's, so the default option names the runs it always named.
+    paper = environment.load("bigfish", ProcgenOptions()).spec
+    assert declared.model_dump(exclude={"metadata"}) == paper.model_dump(exclude={"metadata"})
+    explicit = environment.load("bigfish", ProcgenOptions(dataset="mine", normaliser="dataset"))
+    explicit.dataset(tmp_path)
+    assert explicit.spec.normaliser == norm
+    table = environment.load("bigfish", ProcgenOptions(dataset="mine", normaliser="lapo_table"))
+    table.dataset(tmp_path)
+    assert table.spec.normaliser == paper.normaliser
+    # A random policy's return measured at collection is the reference it records.
+    _dataset(tmp_path, "measured", "collect", 10.0, random_return_mean=0.5, random_episodes=64)
+    measured = environment.load("bigfish", ProcgenOptions(dataset="measured"))
+    measured.dataset(tmp_path)
+    assert (measured.spec.normaliser.low, measured.spec.normaliser.high) == (0.5, 10.0)
+    assert "(64 episodes measured at collection" in measured.spec.normaliser.source
+    _dataset(tmp_path, "weak", "collect", 0.66)
+    weak = environment.load("bigfish", ProcgenOptions(dataset="weak"))
+    with pytest.raises(DatasetError, match=r"returned 0.66 on average over 4 episodes, not abo"):
+        weak.dataset(tmp_path)
+    _dataset(tmp_path, "expert", "import", 30.0)  # the paper's data keeps LAPO's table
+    imported = environment.load("bigfish", ProcgenOptions())
+    imported.dataset(tmp_path)
+    assert imported.spec.normaliser == paper.normaliser
+    with pytest.raises(DatasetError, match="was imported .* use -o normaliser=lapo"):
+        environment.load("bigfish", ProcgenOptions(normaliser="dataset")).dataset(tmp_path)
 
 
 def test_options_and_names_are_checked():
