@@ -12,6 +12,7 @@ reuse it after, so that workers do not sit waiting for a stage another worker tr
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from ssilbench.planning.plan import SweepPlan
 from ssilbench.runner.dryrun_report import DryRun
 from ssilbench.runner.schedule import execution_units, stage_identities
+from ssilbench.runner.step_flops import COUNT_ALL
 from ssilbench.runner.step_table import StepTable
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.workload import (
@@ -151,13 +153,32 @@ class _StepTimes:
             return self.measurements[key][1]
         found = None if settings.remeasure else self.timings.get(key)
         if found is None and not settings.remeasure and self.table is not None:
-            found = self.table.get(key)
-            if found is not None:
-                self.shipped.add(key)
+            found = self._from_table(key, method, task)
         if found is None and settings.measure_missing:
             self.missing[key] = (index, stacked, labeled)  # measured by measure_found()
             return None
+        if found is not None and self.table is not None and os.environ.get(COUNT_ALL):
+            self.table.flops.count(key, method, task, self.plugins)
+            self.table.flops.save()
         self.measurements[key] = (spec.method, found)
+        return found
+
+    def _from_table(self, key: str, method, task) -> Measurement | None:
+        """The shipped step times of ``key``: measured (or interpolated between measured
+        label counts), else scaled by counted FLOPs from measured ones of the device kind,
+        else the nearest label count's."""
+        table = self.table
+        assert table is not None
+        found = table.measured(key)
+        if found is None and table.can_scale(key):
+            if table.flops.get(key) is None:
+                self.log(f"counting the FLOPs of {method.name} on {task.env} (no arithmetic) ...")
+            flops = table.flops.count(key, method, task, self.plugins)
+            found = table.scaled(key, flops) if flops is not None else None
+        if found is None:
+            found = table.get(key)
+        if found is not None:
+            self.shipped.add(key)
         return found
 
     def measure_found(self) -> None:

@@ -88,3 +88,58 @@ def test_the_shipped_table_holds_portable_measurements():
         assert portable_key(m.key) == m.key  # no torch version, the device's kind only
         assert m.stages and all(t.seconds_per_step > 0 for t in m.stages.values())
         assert m.device.split(" ")[0] == json.loads(m.key)["device"]
+
+
+def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measured(
+    tmp_path, monkeypatch
+):
+    from ssilbench.runner import dryrun
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.step_flops import FlopTable
+    from ssilbench.runner.workload import Recorded
+
+    torch.set_num_threads(1)
+    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(tmp_path / "flops.json"))
+    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(tmp_path / "table.json"))
+    anchor_plan = build_plan(PLUGINS, Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"],
+                                            seeds=[0], steps=20), tmp_path / "d")  # fmt: skip
+    spec = anchor_plan.runs[0]
+    method, task = anchor_plan.method_of(spec), anchor_plan.task_of(spec)
+    anchor = measurement_key(method, task.spec, torch.device("cpu"), 1, 16)
+    counts = FlopTable()
+    anchor_flops = counts.count(anchor, method, task, PLUGINS)
+    counts.save()
+    timings = Timings(None)
+    timings.add(Measurement(anchor, "bc", "cpu (x86_64, 1 threads)",
+                            {"policy": StageTiming(0.002, None)}, 1e-5, 0.001, load=0.5,
+                            labeled=16))  # fmt: skip
+    table = StepTable(tmp_path / "table.json")
+    table.add(timings)
+    table.save()
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a dry run measured a step time")
+
+    monkeypatch.setattr(dryrun, "measure", no_measuring)
+    sweep = Sweep(methods=["bc", "idm_labeling"], envs=["maze:10x10"], budgets=["16", "256"],
+                  seeds=[0], steps=20)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "d")
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                     DryRunSettings(measure_missing=False))  # fmt: skip
+    assert report.training_s is not None and all(w.seconds is not None for w in report.works)
+    found = {key: m for key, (_, m) in report.measurements.items()}
+    assert found[anchor].scaled_from is None  # the anchor itself: measured
+    scaled = [m for m in found.values() if m.scaled_from]
+    assert {m.method for m in scaled} == {"bc", "idm_labeling"}  # bc at 256, all of IDM's
+    bc_256 = next(m for m in scaled if m.method == "bc")
+    per_flop = 0.002 / anchor_flops.stages["policy"]
+    assert bc_256.stages["policy"].seconds_per_step == pytest.approx(
+        per_flop * bc_256.stages["policy"].flops_per_step
+    )
+    assert bc_256.stages["policy"].flops_per_step > anchor_flops.stages["policy"]  # batch 128
+    text = report.render()
+    assert "1 shipped with ssilbench, measured on cpu (x86_64, 1 threads), at load 0.5" in text
+    assert "3 scaled by counted FLOPs" in text and "from the seconds per FLOP of shipped " \
+        "measurements (bc default N_L=16)" in text  # fmt: skip
+    cuda = anchor.replace('"device": "cpu', '"device": "cuda')
+    assert not table.can_scale(cuda)  # a CPU's rate says nothing of a GPU
