@@ -140,6 +140,7 @@ class _StepTimes:
         """Keys neither kept nor measured yet: the run, stacking and labels to measure."""
         self.spans = label_spans(plan, pending)
         self.labeled = {i: labeled_transitions(plan, plan.runs[i]) for i in pending}
+        self.keys: dict[tuple, str] = {}
 
     def measured(self, index: int, stacked: int, labeled: int | None) -> Measurement | None:
         """The measurement of the run's method and task, ``stacked`` runs fitted together at
@@ -148,7 +149,11 @@ class _StepTimes:
         spec = plan.runs[index]
         method, task = plan.method_of(spec), plan.task_of(spec)
         stacked = stacked if method.cls.batched else 1
-        key = measurement_key(method, task.spec, self.device, stacked, labeled)
+        # thousands of runs share a few keys: each is written out once (json, config dump)
+        memo = (id(method), id(task), stacked, labeled)
+        key = self.keys.get(memo) or measurement_key(method, task.spec, self.device, stacked,
+                                                     labeled)  # fmt: skip
+        self.keys[memo] = key
         if key in self.measurements:
             return self.measurements[key][1]
         found = None if settings.remeasure else self.timings.get(key)
@@ -216,7 +221,7 @@ class _StepTimes:
         if any(m is None or stage not in m.stages for m in ends):
             return None
         at_lo, at_hi = (m.stages[stage].seconds_per_step for m in ends)  # type: ignore[union-attr]
-        return interpolate(n, *span, at_lo, at_hi)
+        return interpolate(n, *span, at_lo, at_hi, _grows_past(span, ends, stage))
 
 
 class _Tally:
@@ -278,16 +283,29 @@ class _Tally:
                 work.compute += stage.steps * seconds
 
 
-def interpolate(n: int, lo: int, hi: int, at_lo: float, at_hi: float) -> float:
+def interpolate(n: int, lo: int, hi: int, at_lo: float, at_hi: float, grows: bool = True) -> float:
     """The step time at ``n`` labeled transitions from those measured at ``lo`` and ``hi``:
     linear in between (a full-batch stage's work grows with N_L, a minibatch one's stays),
-    and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if any."""
+    and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if any and
+    if it ``grows`` (a minibatch stage's step stops growing at its batch size)."""
     if hi == lo:
         return at_lo
     slope = (at_hi - at_lo) / (hi - lo)
     if n <= hi:
         return at_lo + slope * (max(n, lo) - lo)
-    return at_hi + max(0.0, slope) * (n - hi)
+    return at_hi + (max(0.0, slope) if grows else 0.0) * (n - hi)
+
+
+def _grows_past(span: tuple[int, int], ends: list, stage: str) -> bool:
+    """Whether a stage's step still grows with N_L at the top of ``span``: a full-batch
+    stage's FLOPs grow in proportion to N_L; where the counted FLOPs at both ends grew less
+    than half as much, the batch stopped growing in between (a minibatch), and so does the
+    step. Without counts: assumed to grow."""
+    lo, hi = span
+    flops = [m.stages[stage].flops_per_step for m in ends]
+    if lo <= 0 or not all(flops):
+        return True
+    return flops[1] / flops[0] >= 0.5 * hi / lo
 
 
 def probe_steps(

@@ -198,21 +198,23 @@ class DryRun:
 
 def _scaled_line(scaled: list[Measurement]) -> str:
     """Which step times were scaled by counted FLOPs, and from which measured entries."""
-    sources = sorted({_entry(key) for m in scaled for key in m.scaled_from or ()})
-    targets = sorted({_entry(m.key) for m in scaled})
+    sources = sorted({key_words(key) for m in scaled for key in m.scaled_from or ()})
+    targets = sorted({key_words(m.key) for m in scaled})
     return (f"{len(scaled)} scaled by counted FLOPs (no entry of their own: "
             f"{', '.join(targets)}) from the seconds per FLOP of shipped measurements "
             f"({', '.join(sources)}), rough: a CPU computes small and large networks at "
-            "different rates (docs/guide.md, 'Instant estimates', gives the error)")  # fmt: skip
+            "different rates (docs/guide.md, 'Before a sweep', gives the error)")  # fmt: skip
 
 
-def _entry(key: str) -> str:
+def key_words(key: str) -> str:
     """A step-time key in a few words: method, architecture or size, label count."""
     fields = json.loads(key)
     config = fields.get("config", {})
     size = config.get("arch") or config.get("size") or "default"
     labeled = fields.get("labeled")
-    return f"{fields['method']} {size}" + (f" N_L={labeled:,}" if labeled is not None else "")
+    stacked = f" x{fields['stacked']} stacked" if fields.get("stacked") else ""
+    return (f"{fields['method']} {size}" + (f" N_L={labeled:,}" if labeled is not None else "")
+            + stacked)  # fmt: skip
 
 
 def _hours(seconds: float) -> str:

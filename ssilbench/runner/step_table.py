@@ -169,11 +169,16 @@ def _without_labels(key: str) -> dict:
 
 
 def _distance(target: dict, key: str, flops: float, counted: float) -> tuple:
-    """How far an anchor is from a target: another method, then another config or label
-    count, then the FLOP ratio (either way)."""
+    """How far an anchor is from a target: another method, then another task shape (where
+    data handling, not arithmetic, may take the time), then another config or label count,
+    then the FLOP ratio (either way)."""
     fields = json.loads(key)
-    other_config = {**fields, "labeled": None} != {**target, "labeled": None}
-    return (fields["method"] != target["method"], other_config,
+
+    def config(f: dict) -> dict:
+        return {**f, "labeled": None, "stacked": None}
+
+    return (fields["method"] != target["method"], fields["spec"] != target["spec"],
+            config(fields) != config(target), fields.get("stacked") != target.get("stacked"),
             abs(math.log(max(flops, 1.0) / max(counted, 1.0))))  # fmt: skip
 
 
