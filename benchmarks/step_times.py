@@ -18,11 +18,18 @@ quiet machine; ``uptime`` before and after says how quiet.
 uses (``ssilbench.runner.step_flops``: shipped, or scaled from shipped ones) into
 ``ssilbench/runner/step_flops.json``, and the shipped entries' ``flops_per_step`` are filled
 from them. Step times missing from the table are then scaled by FLOPs at once.
+
+    python benchmarks/step_times.py --check
+
+``--check`` says how good scaling is: each measured entry with counts is predicted from the
+others, leaving out every entry of its own method config (all its label counts), and the
+predicted and measured step times are printed with their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -30,6 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ssilbench.runner.dryrun_report import key_words
 from ssilbench.runner.step_flops import COUNT_ALL
 from ssilbench.runner.step_table import StepTable
 from ssilbench.runner.timings import FILE, Timings
@@ -44,8 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--table", type=Path, default=None, help="[default: the shipped one]")
     parser.add_argument("--flops", action="store_true",
                         help="count FLOPs (no measuring) into step_flops.json")  # fmt: skip
+    parser.add_argument("--check", action="store_true",
+                        help="predict each entry from the others by FLOPs")  # fmt: skip
     args = parser.parse_args(argv)
     table = StepTable(args.table) if args.table else StepTable()
+    if args.check:
+        return check_scaling(table)
     if args.flops:
         return count_flops(args, table)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "SSILBENCH_STEP_TABLE": "none"}
@@ -80,6 +92,38 @@ def count_flops(args: argparse.Namespace, table: StepTable) -> None:
         for name, stage in m.stages.items():
             stage.flops_per_step = counted.stages.get(name) if counted else None
     filled.save()
+
+
+def check_scaling(table: StepTable) -> None:
+    """Print each measured entry's step times next to those scaled from the entries of other
+    method configs (see the module docstring)."""
+    print("entry | stage | measured s | scaled s | scaled / measured | scaled from")
+    for key, m in sorted(table.items.items()):
+        counted = table.flops.get(key)
+        if counted is None:
+            continue
+        others = StepTable(table.path)
+        others.items = {k: v for k, v in table.items.items() if _config(k) != _config(key)}
+        scaled = others.scaled(key, counted)
+        if scaled is None:
+            continue
+        sources = ", ".join(key_words(k) for k in scaled.scaled_from or ())
+        rows = [(name, t.seconds_per_step, scaled.stages[name].seconds_per_step)
+                for name, t in m.stages.items()]  # fmt: skip
+        rows.append(("labelling per transition", m.other_seconds_per_transition,
+                     scaled.other_seconds_per_transition))  # fmt: skip
+        rows.append(("policy call", m.eval_forward_seconds, scaled.eval_forward_seconds))
+        for name, measured, predicted in rows:
+            print(
+                f"{key_words(key)} | {name} | {measured:.4g} | {predicted:.4g} | "
+                f"{predicted / measured:.2f} | {sources}"
+            )
+
+
+def _config(key: str) -> str:
+    fields = json.loads(key)
+    fields.pop("labeled", None)
+    return json.dumps(fields, sort_keys=True)
 
 
 if __name__ == "__main__":

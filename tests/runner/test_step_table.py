@@ -143,3 +143,37 @@ def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measur
         "measurements (bc default N_L=16)" in text  # fmt: skip
     cuda = anchor.replace('"device": "cpu', '"device": "cuda')
     assert not table.can_scale(cuda)  # a CPU's rate says nothing of a GPU
+
+
+def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_counting(
+    tmp_path, monkeypatch
+):
+    from ssilbench.runner import dryrun, step_flops
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.step_flops import SHIPPED_FLOPS
+    from ssilbench.runner.workload import Recorded
+
+    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(SHIPPED))
+    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(SHIPPED_FLOPS))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a dry run of the paper's sweep measured or counted")
+
+    monkeypatch.setattr(dryrun, "measure", refused)
+    monkeypatch.setattr(step_flops, "count_flops", refused)
+    # the paper's four methods at its smallest, a measured and its largest label budget
+    sweep = Sweep(methods=["bc", "idm_labeling", "lapo", "lapo_plus"], envs=["procgen:bigfish"],
+                  budgets=["16", "1024", "all"], seeds=[11], steps=120000)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "data", datasets="read")
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                     DryRunSettings(measure_missing=False))  # fmt: skip
+    assert all(w.seconds is not None for w in report.works if w.to_train)
+    assert report.training_s and report.evaluation_s  # data preparation: no dataset to size
+    found = [m for _, m in report.measurements.values()]
+    measured = {m.method for m in found if not m.scaled_from and m.labeled == 1024}
+    assert measured == {"bc", "idm_labeling", "lapo", "lapo_plus"}
+    # scaled: N_L = 16, and "all" of a dataset not built here (its size unknown: None)
+    assert {m.labeled for m in found if m.scaled_from} == {16, None}
+    text = report.render()
+    assert "4 shipped with ssilbench, measured on cpu (" in text
+    assert "scaled by counted FLOPs" in text and "lapo paper N_L=1,024" in text
