@@ -8,6 +8,12 @@ torch and the plugins load first), on random frames of the tasks' shape (no data
     python -m pytest benchmarks/test_bench_dry_run_pricing.py -s
 
 The dry run must price every stage ("?" nowhere) and must not measure.
+
+Measured on this workplace's 2-core CPU at load 3.4 (torch 2.13.0): 8 runs 3.2 s, 2,688 runs
+5.3 s. Most of the 3.2 s is starting Python, torch and the plugins; pricing grows with the
+runs (each run's stages looked up in the table) and the distinct step-time keys (16 for the
+whole sweep), not with the step times' size. Before each key was written out once and each
+(method, task) network sized once, `plan` of the whole sweep took 10.9 s at load 3.5.
 """
 
 from __future__ import annotations

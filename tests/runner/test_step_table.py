@@ -177,3 +177,23 @@ def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_c
     text = report.render()
     assert "4 shipped with ssilbench, measured on cpu (" in text
     assert "scaled by counted FLOPs" in text and "lapo paper N_L=1,024" in text
+
+
+def test_counting_by_shape_finds_the_flops_that_computing_counts(tmp_path):
+    from ssilbench.runner.step_flops import count_flops
+    from ssilbench.runner.timings import measure
+
+    torch.set_num_threads(1)
+    sweep = Sweep(methods=["idm_labeling"], envs=["maze:10x10"], budgets=["64"], seeds=[0],
+                  steps=20)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "d")
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    computed = measure(method, task, PLUGINS, torch.device("cpu"), steps=2, flops=True,
+                       labeled=64)  # fmt: skip
+    counted = count_flops(method, task, PLUGINS, 64)
+    assert counted.stages.keys() == computed.stages.keys() == {"idm", "policy"}
+    for name, stage in computed.stages.items():
+        assert stage.flops_per_step > 0
+        assert counted.stages[name] == pytest.approx(stage.flops_per_step)
+    assert counted.eval_forward > 0 and counted.other_per_transition > 0  # labelling D_U
