@@ -221,7 +221,7 @@ class _StepTimes:
         if any(m is None or stage not in m.stages for m in ends):
             return None
         at_lo, at_hi = (m.stages[stage].seconds_per_step for m in ends)  # type: ignore[union-attr]
-        return interpolate(n, *span, at_lo, at_hi, _grows_past(span, ends, stage))
+        return interpolate(n, *span, at_lo, at_hi, _knee(span, ends, stage))
 
 
 class _Tally:
@@ -283,29 +283,34 @@ class _Tally:
                 work.compute += stage.steps * seconds
 
 
-def interpolate(n: int, lo: int, hi: int, at_lo: float, at_hi: float, grows: bool = True) -> float:
+def interpolate(
+    n: int, lo: int, hi: int, at_lo: float, at_hi: float, knee: float | None = None
+) -> float:
     """The step time at ``n`` labeled transitions from those measured at ``lo`` and ``hi``:
-    linear in between (a full-batch stage's work grows with N_L, a minibatch one's stays),
-    and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if any and
-    if it ``grows`` (a minibatch stage's step stops growing at its batch size)."""
-    if hi == lo:
-        return at_lo
-    slope = (at_hi - at_lo) / (hi - lo)
+    linear from ``lo`` up to ``knee`` (default ``hi``) and flat after it (a full-batch
+    stage's work grows with N_L; a minibatch one's grows up to its batch size, the knee, and
+    stays), and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if
+    any, where the knee is ``hi`` (the stage still grew there)."""
+    knee = hi if knee is None else min(max(knee, lo), hi)
+    if knee <= lo:
+        return at_hi if n >= hi else at_lo
+    slope = (at_hi - at_lo) / (knee - lo)
     if n <= hi:
-        return at_lo + slope * (max(n, lo) - lo)
-    return at_hi + (max(0.0, slope) if grows else 0.0) * (n - hi)
+        return at_lo + slope * (min(max(n, lo), knee) - lo)
+    return at_hi + (max(0.0, slope) if knee >= hi else 0.0) * (n - hi)
 
 
-def _grows_past(span: tuple[int, int], ends: list, stage: str) -> bool:
-    """Whether a stage's step still grows with N_L at the top of ``span``: a full-batch
-    stage's FLOPs grow in proportion to N_L; where the counted FLOPs at both ends grew less
-    than half as much, the batch stopped growing in between (a minibatch), and so does the
-    step. Without counts: assumed to grow."""
+def _knee(span: tuple[int, int], ends: list, stage: str) -> float | None:
+    """Where a stage's step stops growing with N_L, from its counted FLOPs at both ends of
+    ``span``: a step's FLOPs grow as its batch, min(B, N_L) (or N_L at full batch), so B is
+    about FLOPs(hi) / (FLOPs(lo) / lo) where lo is under B. Full batch, or grown more than
+    half as much as N_L: ``hi``. Without counts: None (linear, as before counts)."""
     lo, hi = span
     flops = [m.stages[stage].flops_per_step for m in ends]
     if lo <= 0 or not all(flops):
-        return True
-    return flops[1] / flops[0] >= 0.5 * hi / lo
+        return None
+    knee = flops[1] / (flops[0] / lo)
+    return hi if knee >= 0.5 * hi else knee
 
 
 def probe_steps(

@@ -197,3 +197,21 @@ def test_counting_by_shape_finds_the_flops_that_computing_counts(tmp_path):
         assert stage.flops_per_step > 0
         assert counted.stages[name] == pytest.approx(stage.flops_per_step)
     assert counted.eval_forward > 0 and counted.other_per_transition > 0  # labelling D_U
+
+
+def test_a_minibatch_step_grows_with_the_labels_up_to_its_batch_and_then_stays():
+    from ssilbench.runner.dryrun import _knee, interpolate
+
+    def at(flops: float) -> Measurement:
+        return Measurement("k", "bc", "cpu", {"policy": StageTiming(1.0, flops)}, 0.0, 0.0)
+
+    # counted FLOPs grew 8x from 16 to 16,384 labels: a batch of 128 (16 x 8), not N_L
+    knee = _knee((16, 16384), [at(16e6), at(128e6)], "policy")
+    assert knee == pytest.approx(128)
+    assert interpolate(72, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.45)
+    assert interpolate(1024, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.8)
+    assert interpolate(10**6, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.8)  # no growth
+    # full batch (FLOPs grew as N_L): linear, and growing past the largest count
+    full = _knee((16, 64), [at(16e6), at(64e6)], "policy")
+    assert full == 64 and interpolate(112, 16, 64, 1.0, 2.0, full) == 3.0
+    assert _knee((16, 64), [at(16e6), at(None)], "policy") is None  # no counts: linear
