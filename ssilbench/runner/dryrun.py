@@ -12,6 +12,7 @@ reuse it after, so that workers do not sit waiting for a stage another worker tr
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from ssilbench.planning.plan import SweepPlan
 from ssilbench.runner.dryrun_report import DryRun
 from ssilbench.runner.schedule import execution_units, stage_identities
+from ssilbench.runner.step_flops import COUNT_ALL
 from ssilbench.runner.step_table import StepTable
 from ssilbench.runner.timings import Measurement, Timings, measure, measurement_key
 from ssilbench.runner.workload import (
@@ -138,6 +140,7 @@ class _StepTimes:
         """Keys neither kept nor measured yet: the run, stacking and labels to measure."""
         self.spans = label_spans(plan, pending)
         self.labeled = {i: labeled_transitions(plan, plan.runs[i]) for i in pending}
+        self.keys: dict[tuple, str] = {}
 
     def measured(self, index: int, stacked: int, labeled: int | None) -> Measurement | None:
         """The measurement of the run's method and task, ``stacked`` runs fitted together at
@@ -146,18 +149,41 @@ class _StepTimes:
         spec = plan.runs[index]
         method, task = plan.method_of(spec), plan.task_of(spec)
         stacked = stacked if method.cls.batched else 1
-        key = measurement_key(method, task.spec, self.device, stacked, labeled)
+        # thousands of runs share a few keys: each is written out once (json, config dump)
+        memo = (id(method), id(task), stacked, labeled)
+        key = self.keys.get(memo) or measurement_key(method, task.spec, self.device, stacked,
+                                                     labeled)  # fmt: skip
+        self.keys[memo] = key
         if key in self.measurements:
             return self.measurements[key][1]
         found = None if settings.remeasure else self.timings.get(key)
         if found is None and not settings.remeasure and self.table is not None:
-            found = self.table.get(key)
-            if found is not None:
-                self.shipped.add(key)
+            found = self._from_table(key, method, task)
         if found is None and settings.measure_missing:
             self.missing[key] = (index, stacked, labeled)  # measured by measure_found()
             return None
+        if found is not None and self.table is not None and os.environ.get(COUNT_ALL):
+            self.table.flops.count(key, method, task, self.plugins)
+            self.table.flops.save()
         self.measurements[key] = (spec.method, found)
+        return found
+
+    def _from_table(self, key: str, method, task) -> Measurement | None:
+        """The shipped step times of ``key``: measured (or interpolated between measured
+        label counts), else scaled by counted FLOPs from measured ones of the device kind,
+        else the nearest label count's."""
+        table = self.table
+        assert table is not None
+        found = table.measured(key)
+        if found is None and table.can_scale(key):
+            if table.flops.get(key) is None:
+                self.log(f"counting the FLOPs of {method.name} on {task.env} (no arithmetic) ...")
+            flops = table.flops.count(key, method, task, self.plugins)
+            found = table.scaled(key, flops) if flops is not None else None
+        if found is None:
+            found = table.get(key)
+        if found is not None:
+            self.shipped.add(key)
         return found
 
     def measure_found(self) -> None:
@@ -195,7 +221,7 @@ class _StepTimes:
         if any(m is None or stage not in m.stages for m in ends):
             return None
         at_lo, at_hi = (m.stages[stage].seconds_per_step for m in ends)  # type: ignore[union-attr]
-        return interpolate(n, *span, at_lo, at_hi)
+        return interpolate(n, *span, at_lo, at_hi, _knee(span, ends, stage))
 
 
 class _Tally:
@@ -257,16 +283,34 @@ class _Tally:
                 work.compute += stage.steps * seconds
 
 
-def interpolate(n: int, lo: int, hi: int, at_lo: float, at_hi: float) -> float:
+def interpolate(
+    n: int, lo: int, hi: int, at_lo: float, at_hi: float, knee: float | None = None
+) -> float:
     """The step time at ``n`` labeled transitions from those measured at ``lo`` and ``hi``:
-    linear in between (a full-batch stage's work grows with N_L, a minibatch one's stays),
-    and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if any."""
-    if hi == lo:
-        return at_lo
-    slope = (at_hi - at_lo) / (hi - lo)
+    linear from ``lo`` up to ``knee`` (default ``hi``) and flat after it (a full-batch
+    stage's work grows with N_L; a minibatch one's grows up to its batch size, the knee, and
+    stays), and beyond ``hi`` (a budget over MAX_LABELED) growing at the measured slope, if
+    any, where the knee is ``hi`` (the stage still grew there)."""
+    knee = hi if knee is None else min(max(knee, lo), hi)
+    if knee <= lo:
+        return at_hi if n >= hi else at_lo
+    slope = (at_hi - at_lo) / (knee - lo)
     if n <= hi:
-        return at_lo + slope * (max(n, lo) - lo)
-    return at_hi + max(0.0, slope) * (n - hi)
+        return at_lo + slope * (min(max(n, lo), knee) - lo)
+    return at_hi + (max(0.0, slope) if knee >= hi else 0.0) * (n - hi)
+
+
+def _knee(span: tuple[int, int], ends: list, stage: str) -> float | None:
+    """Where a stage's step stops growing with N_L, from its counted FLOPs at both ends of
+    ``span``: a step's FLOPs grow as its batch, min(B, N_L) (or N_L at full batch), so B is
+    about FLOPs(hi) / (FLOPs(lo) / lo) where lo is under B. Full batch, or grown more than
+    half as much as N_L: ``hi``. Without counts: None (linear, as before counts)."""
+    lo, hi = span
+    flops = [m.stages[stage].flops_per_step for m in ends]
+    if lo <= 0 or not all(flops):
+        return None
+    knee = flops[1] / (flops[0] / lo)
+    return hi if knee >= 0.5 * hi else knee
 
 
 def probe_steps(

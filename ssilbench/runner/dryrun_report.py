@@ -5,6 +5,7 @@ it costs. :mod:`ssilbench.runner.dryrun` finds them.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +152,8 @@ class DryRun:
         found = {key: m for key, (_, m) in self.measurements.items() if m is not None}
         parts = []
         now = [m for key, m in found.items() if key in self.measured_now]
-        shipped = [m for key, m in found.items() if key in self.shipped]
+        shipped = [m for key, m in found.items() if key in self.shipped and not m.scaled_from]
+        scaled = [m for key, m in found.items() if key in self.shipped and m.scaled_from]
         kept = [m for key, m in found.items() if key not in self.measured_now | self.shipped]
         if now:
             parts.append("now" + _at_load(now))
@@ -160,6 +162,8 @@ class DryRun:
             parts.append(f"{len(shipped)} shipped with ssilbench, measured on {devices}"
                          f"{_at_load(shipped)} ('ssilbench plan --remeasure' measures them "
                          "here)")  # fmt: skip
+        if scaled:
+            parts.append(_scaled_line(scaled))
         if kept:
             oldest = min(m.measured_at for m in kept)
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(oldest))
@@ -190,6 +194,27 @@ class DryRun:
         lines.append("(Step times of tasks without a dataset are measured on random frames "
                      "of their shape.)")  # fmt: skip
         return lines
+
+
+def _scaled_line(scaled: list[Measurement]) -> str:
+    """Which step times were scaled by counted FLOPs, and from which measured entries."""
+    sources = sorted({key_words(key) for m in scaled for key in m.scaled_from or ()})
+    targets = sorted({key_words(m.key) for m in scaled})
+    return (f"{len(scaled)} scaled by counted FLOPs (no entry of their own: "
+            f"{', '.join(targets)}) from the seconds per FLOP of shipped measurements "
+            f"({', '.join(sources)}), rough: a CPU computes small and large networks at "
+            "different rates (docs/guide.md, 'Before a sweep', gives the error)")  # fmt: skip
+
+
+def key_words(key: str) -> str:
+    """A step-time key in a few words: method, architecture or size, label count."""
+    fields = json.loads(key)
+    config = fields.get("config", {})
+    size = config.get("arch") or config.get("size") or "default"
+    labeled = fields.get("labeled")
+    stacked = f" x{fields['stacked']} stacked" if fields.get("stacked") else ""
+    return (f"{fields['method']} {size}" + (f" N_L={labeled:,}" if labeled is not None else "")
+            + stacked)  # fmt: skip
 
 
 def _hours(seconds: float) -> str:

@@ -184,8 +184,12 @@ def _largest_network(plan: SweepPlan, plugins: Plugins) -> tuple[float, str, boo
     sizes: dict[tuple[str, tuple[int, ...], int], float | None] = {}
     best: tuple[float, str, bool] | None = None
     uncounted: list[TaskInfo] = []
+    seen: set[tuple[int, int]] = set()
     for spec in plan.runs:
         method, task = plan.method_of(spec), plan.task_of(spec)
+        if (id(method), id(task)) in seen:  # a sweep's runs share a few (method, task) pairs
+            continue
+        seen.add((id(method), id(task)))
         names = architecture_names(method, task.spec)
         counted = False
         for name in names:

@@ -8,15 +8,25 @@ with the device reduced to its kind (``cpu``, ``cuda``) and without the torch ve
 entry stands for the same method config, task shape, stacking and label count on any device
 of that kind, and says on which device and at what load it was measured, so the estimate
 can say so. An entry measured on one kind of device is not used for another.
+
+Where no entry stands for a key (nor two around its label count), its step times are scaled
+from measured entries of the same device kind by counted FLOPs
+(:mod:`ssilbench.runner.step_flops`): each stage's seconds per FLOP of the closest measured
+stage (the same method and stage first, then the nearest in FLOPs) times the key's FLOPs,
+and so for the labelling per transition and the policy call. Such an estimate is rough: a
+CPU's throughput per FLOP differs between small and large networks (docs/guide.md gives
+the ratio of a scaled estimate to a measurement).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
 
+from ssilbench.runner.step_flops import FlopCount, FlopTable
 from ssilbench.runner.timings import Measurement, StageTiming, Timings
 
 SHIPPED = Path(__file__).with_name("step_times.json")
@@ -49,6 +59,56 @@ class StepTable:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else table_path()
         self.items = Timings(self.path).items  # the same file format as timings.json
+        self.flops = FlopTable()
+
+    def measured(self, key: str) -> Measurement | None:
+        """The shipped measurement of ``key`` (a full measurement key), under that key, or
+        one interpolated between the two nearest shipped label counts around its own."""
+        portable = portable_key(key)
+        found = self.items.get(portable) or self._between(portable, around=True)
+        return None if found is None else Measurement.from_json({**_as_dict(found), "key": key})
+
+    def can_scale(self, key: str) -> bool:
+        """Whether a measured entry of the key's device kind has FLOP counts to scale from."""
+        kind = json.loads(portable_key(key))["device"]
+        return any(json.loads(k)["device"] == kind and self.flops.get(k) is not None
+                   for k in self.items)  # fmt: skip
+
+    def scaled(self, key: str, flops: FlopCount) -> Measurement | None:
+        """``key``'s step times scaled by its counted ``flops`` from the measured entries of
+        its device kind (see the module docstring), marked with the entries they came from
+        (``scaled_from``); None where no entry of that kind has counts."""
+        portable = portable_key(key)
+        fields = json.loads(portable)
+        anchors = [(k, m, c) for k, m in self.items.items()
+                   if json.loads(k)["device"] == fields["device"]
+                   and (c := self.flops.get(k)) is not None]  # fmt: skip
+        if not anchors:
+            return None
+        used: set[str] = set()
+        stages = {}
+        for name, f in flops.stages.items():
+            candidates = [(k, m, c, s) for k, m, c in anchors for s in m.stages
+                          if c.stages.get(s)]  # fmt: skip
+            if not candidates:
+                return None
+            k, m, c, s = min(candidates, key=lambda a, name=name, f=f: (
+                a[3] != name, *_distance(fields, a[0], f, a[2].stages[a[3]])))  # fmt: skip
+            stages[name] = StageTiming(m.stages[s].seconds_per_step * f / c.stages[s], f)
+            used.add(k)
+        other, k = _scaled_rate(fields, anchors, flops.other_per_transition,
+                                lambda m: m.other_seconds_per_transition,
+                                lambda c: c.other_per_transition)  # fmt: skip
+        used.add(k)
+        evaluation, k = _scaled_rate(fields, anchors, flops.eval_forward,
+                                     lambda m: m.eval_forward_seconds,
+                                     lambda c: c.eval_forward)  # fmt: skip
+        used.add(k)
+        first = next(m for k, m, _ in anchors if k in used)
+        return Measurement(key, fields["method"], first.device, stages, other, evaluation,
+                           measured_at=min(m.measured_at for k, m, _ in anchors if k in used),
+                           load=first.load, labeled=fields.get("labeled"),
+                           scaled_from=sorted(used))  # fmt: skip
 
     def get(self, key: str) -> Measurement | None:
         """The shipped measurement standing for ``key`` (a full measurement key), under
@@ -63,7 +123,9 @@ class StepTable:
             return None
         return Measurement.from_json({**_as_dict(found), "key": key})
 
-    def _between(self, portable: str) -> Measurement | None:
+    def _between(self, portable: str, around: bool = False) -> Measurement | None:
+        """Interpolated between the nearest label counts; ``around``: only between two
+        entries on either side (else the nearest one's outside them)."""
         fields = json.loads(portable)
         n = fields.pop("labeled", None)
         if n is None:
@@ -75,6 +137,8 @@ class StepTable:
         below = [pair for pair in near if pair[0] <= n] or near[:1]
         above = [pair for pair in near if pair[0] >= n] or near[-1:]
         (lo, at_lo), (hi, at_hi) = below[-1], above[0]
+        if around and not lo <= n <= hi:
+            return None
         if at_lo.stages.keys() != at_hi.stages.keys():
             return None
         stages = {name: StageTiming(_line(n, lo, hi, t.seconds_per_step,
@@ -102,6 +166,32 @@ def _without_labels(key: str) -> dict:
     fields = json.loads(key)
     fields.pop("labeled", None)
     return fields
+
+
+def _distance(target: dict, key: str, flops: float, counted: float) -> tuple:
+    """How far an anchor is from a target: another method, then another task shape (where
+    data handling, not arithmetic, may take the time), then another config or label count,
+    then the FLOP ratio (either way)."""
+    fields = json.loads(key)
+
+    def config(f: dict) -> dict:
+        return {**f, "labeled": None, "stacked": None}
+
+    return (fields["method"] != target["method"], fields["spec"] != target["spec"],
+            config(fields) != config(target), fields.get("stacked") != target.get("stacked"),
+            abs(math.log(max(flops, 1.0) / max(counted, 1.0))))  # fmt: skip
+
+
+def _scaled_rate(target: dict, anchors: list, flops: float, seconds, counted) -> tuple[float, str]:
+    """Seconds of ``flops`` at the closest anchor's seconds per FLOP (``seconds`` and
+    ``counted`` read an anchor's); where the anchor counts none (data handling only, or
+    nothing for the target to scale), that anchor's seconds as they are."""
+    if math.isnan(flops):
+        return math.nan, min(anchors, key=lambda a: _distance(target, a[0], 1.0, 1.0))[0]
+    k, m, c = min(anchors, key=lambda a: _distance(target, a[0], flops, counted(a[2]) or 1.0))
+    if flops <= 0 or not counted(c) or math.isnan(counted(c)):
+        return seconds(m), k
+    return seconds(m) * flops / counted(c), k
 
 
 def _line(n: int, lo: int, hi: int, at_lo: float, at_hi: float) -> float:

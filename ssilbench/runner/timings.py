@@ -79,6 +79,9 @@ class Measurement:
     labeled: int | None = None
     """The labeled transitions each run trained on (None: SAMPLE_LABELED, or fewer where the
     sample store had fewer)."""
+    scaled_from: list[str] | None = None
+    """Not measured for this key: scaled by counted FLOPs from these (portable) keys'
+    measurements (:meth:`ssilbench.runner.step_table.StepTable.scaled`)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:

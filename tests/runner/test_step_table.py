@@ -88,3 +88,130 @@ def test_the_shipped_table_holds_portable_measurements():
         assert portable_key(m.key) == m.key  # no torch version, the device's kind only
         assert m.stages and all(t.seconds_per_step > 0 for t in m.stages.values())
         assert m.device.split(" ")[0] == json.loads(m.key)["device"]
+
+
+def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measured(
+    tmp_path, monkeypatch
+):
+    from ssilbench.runner import dryrun
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.step_flops import FlopTable
+    from ssilbench.runner.workload import Recorded
+
+    torch.set_num_threads(1)
+    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(tmp_path / "flops.json"))
+    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(tmp_path / "table.json"))
+    anchor_plan = build_plan(PLUGINS, Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"],
+                                            seeds=[0], steps=20), tmp_path / "d")  # fmt: skip
+    spec = anchor_plan.runs[0]
+    method, task = anchor_plan.method_of(spec), anchor_plan.task_of(spec)
+    anchor = measurement_key(method, task.spec, torch.device("cpu"), 1, 16)
+    counts = FlopTable()
+    anchor_flops = counts.count(anchor, method, task, PLUGINS)
+    counts.save()
+    timings = Timings(None)
+    timings.add(Measurement(anchor, "bc", "cpu (x86_64, 1 threads)",
+                            {"policy": StageTiming(0.002, None)}, 1e-5, 0.001, load=0.5,
+                            labeled=16))  # fmt: skip
+    table = StepTable(tmp_path / "table.json")
+    table.add(timings)
+    table.save()
+
+    def no_measuring(*args, **kwargs):
+        raise AssertionError("a dry run measured a step time")
+
+    monkeypatch.setattr(dryrun, "measure", no_measuring)
+    sweep = Sweep(methods=["bc", "idm_labeling"], envs=["maze:10x10"], budgets=["16", "256"],
+                  seeds=[0], steps=20)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "d")
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                     DryRunSettings(measure_missing=False))  # fmt: skip
+    assert report.training_s is not None and all(w.seconds is not None for w in report.works)
+    found = {key: m for key, (_, m) in report.measurements.items()}
+    assert found[anchor].scaled_from is None  # the anchor itself: measured
+    scaled = [m for m in found.values() if m.scaled_from]
+    assert {m.method for m in scaled} == {"bc", "idm_labeling"}  # bc at 256, all of IDM's
+    bc_256 = next(m for m in scaled if m.method == "bc")
+    per_flop = 0.002 / anchor_flops.stages["policy"]
+    assert bc_256.stages["policy"].seconds_per_step == pytest.approx(
+        per_flop * bc_256.stages["policy"].flops_per_step
+    )
+    assert bc_256.stages["policy"].flops_per_step > anchor_flops.stages["policy"]  # batch 128
+    text = report.render()
+    assert "1 shipped with ssilbench, measured on cpu (x86_64, 1 threads), at load 0.5" in text
+    assert "3 scaled by counted FLOPs" in text and "from the seconds per FLOP of shipped " \
+        "measurements (bc default N_L=16)" in text  # fmt: skip
+    cuda = anchor.replace('"device": "cpu', '"device": "cuda')
+    assert not table.can_scale(cuda)  # a CPU's rate says nothing of a GPU
+
+
+def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_counting(
+    tmp_path, monkeypatch
+):
+    from ssilbench.runner import dryrun, step_flops
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.step_flops import SHIPPED_FLOPS
+    from ssilbench.runner.workload import Recorded
+
+    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(SHIPPED))
+    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(SHIPPED_FLOPS))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a dry run of the paper's sweep measured or counted")
+
+    monkeypatch.setattr(dryrun, "measure", refused)
+    monkeypatch.setattr(step_flops, "count_flops", refused)
+    # the paper's four methods at its smallest, a measured and its largest label budget
+    sweep = Sweep(methods=["bc", "idm_labeling", "lapo", "lapo_plus"], envs=["procgen:bigfish"],
+                  budgets=["16", "1024", "all"], seeds=[11], steps=120000)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "data", datasets="read")
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                     DryRunSettings(measure_missing=False))  # fmt: skip
+    assert all(w.seconds is not None for w in report.works if w.to_train)
+    assert report.training_s and report.evaluation_s  # data preparation: no dataset to size
+    found = [m for _, m in report.measurements.values()]
+    measured = {m.method for m in found if not m.scaled_from and m.labeled == 1024}
+    assert measured == {"bc", "idm_labeling", "lapo", "lapo_plus"}
+    # scaled: N_L = 16, and "all" of a dataset not built here (its size unknown: None)
+    assert {m.labeled for m in found if m.scaled_from} == {16, None}
+    text = report.render()
+    assert "4 shipped with ssilbench, measured on cpu (" in text
+    assert "scaled by counted FLOPs" in text and "lapo paper N_L=1,024" in text
+
+
+def test_counting_by_shape_finds_the_flops_that_computing_counts(tmp_path):
+    from ssilbench.runner.step_flops import count_flops
+    from ssilbench.runner.timings import measure
+
+    torch.set_num_threads(1)
+    sweep = Sweep(methods=["idm_labeling"], envs=["maze:10x10"], budgets=["64"], seeds=[0],
+                  steps=20)  # fmt: skip
+    plan = build_plan(PLUGINS, sweep, tmp_path / "d")
+    spec = plan.runs[0]
+    method, task = plan.method_of(spec), plan.task_of(spec)
+    computed = measure(method, task, PLUGINS, torch.device("cpu"), steps=2, flops=True,
+                       labeled=64)  # fmt: skip
+    counted = count_flops(method, task, PLUGINS, 64)
+    assert counted.stages.keys() == computed.stages.keys() == {"idm", "policy"}
+    for name, stage in computed.stages.items():
+        assert stage.flops_per_step > 0
+        assert counted.stages[name] == pytest.approx(stage.flops_per_step)
+    assert counted.eval_forward > 0 and counted.other_per_transition > 0  # labelling D_U
+
+
+def test_a_minibatch_step_grows_with_the_labels_up_to_its_batch_and_then_stays():
+    from ssilbench.runner.dryrun import _knee, interpolate
+
+    def at(flops: float) -> Measurement:
+        return Measurement("k", "bc", "cpu", {"policy": StageTiming(1.0, flops)}, 0.0, 0.0)
+
+    # counted FLOPs grew 8x from 16 to 16,384 labels: a batch of 128 (16 x 8), not N_L
+    knee = _knee((16, 16384), [at(16e6), at(128e6)], "policy")
+    assert knee == pytest.approx(128)
+    assert interpolate(72, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.45)
+    assert interpolate(1024, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.8)
+    assert interpolate(10**6, 16, 16384, 0.1, 0.8, knee) == pytest.approx(0.8)  # no growth
+    # full batch (FLOPs grew as N_L): linear, and growing past the largest count
+    full = _knee((16, 64), [at(16e6), at(64e6)], "policy")
+    assert full == 64 and interpolate(112, 16, 64, 1.0, 2.0, full) == 3.0
+    assert _knee((16, 64), [at(16e6), at(None)], "policy") is None  # no counts: linear
