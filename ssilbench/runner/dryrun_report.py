@@ -114,11 +114,11 @@ class DryRun:
                               if m is not None and m.labeled is not None})  # fmt: skip
             if labeled:
                 lines.append(
-                    "Each method and task is measured at the smallest and largest of its "
+                    "Each method and task is priced at the smallest and largest of its "
                     "runs' label budgets ("
                     + ", ".join(f"{n:,}" for n in labeled)
                     + " labeled transitions), and a run's step time is interpolated "
-                    "linearly between."
+                    "linearly between (up to a minibatch stage's batch size, flat after)."
                 )
             sizes = sorted({m.stacked for _, m in self.measurements.values()
                             if m is not None and m.stacked > 1})  # fmt: skip
