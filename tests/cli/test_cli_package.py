@@ -55,8 +55,7 @@ def test_the_package_keeps_modules_small():
 def test_every_command_is_registered():
     assert set(ssilbench.cli.cli.commands) == {
         "analyze", "cache", "curves", "data", "eval", "expert", "leaderboard", "list", "plan",
-        "plot",
-        "report", "results", "run", "status"}  # fmt: skip
+        "plot", "report", "results", "run", "status"}  # fmt: skip
     assert set(ssilbench.cli.cli.commands["plan"].params[i].name for i in range(3)) <= {
         "sweep_file", "quick", "blocks"}  # fmt: skip
     assert "dry_run" not in {p.name for p in ssilbench.cli.cli.commands["plan"].params}
