@@ -75,6 +75,7 @@ __all__ = [
     "BoundRegistry",
     "ChunkedControlOptions",
     "ConfigError",
+    "DEMO_DATASET",
     "DatasetError",
     "EnvSpec",
     "Environment",
@@ -322,6 +323,30 @@ class Environment(ABC):
         naming the file and what was expected, and leaves no store that looks complete."""
         raise NotImplementedError
 
+    demo_run: ClassVar[str] = ""
+    """Optional, with :meth:`write_demo`: the ``ssilbench run`` flags of a first run on the
+    demo that ends in minutes on a CPU (``"--budgets 2 --steps 200 -o eval_episodes=5"``);
+    ``ssilbench data demo`` prints the whole command after the import."""
+
+    def write_demo(
+        self,
+        folder: Path,
+        tasks: list[str],
+        episodes: int | None = None,
+        seed: int = 0,
+        episode_length: int | None = None,
+        log: Callable[[str], None] = print,
+    ) -> Path:
+        """Optional, with :meth:`import_dataset`: write a small scripted dataset of ``tasks``
+        (none: every task) into the empty folder ``folder``, in the layout the family's
+        download has, ``episodes`` episodes a task of at most ``episode_length`` steps (None:
+        the family's defaults); equal arguments give equal files. Returns the path to hand
+        to :meth:`import_dataset` as its ``source``. ``ssilbench data demo FAMILY`` calls it,
+        then imports the result as the dataset named :data:`DEMO_DATASET` (the family's
+        Options need a ``dataset`` field), so that a demo is never taken for the real data.
+        A missing simulator or library is a PluginError naming what to install."""
+        raise NotImplementedError
+
 
 class Method(ABC):
     """An SSIL method: declares its stages and fits a policy from a :class:`RunContext`."""
@@ -348,8 +373,13 @@ class Method(ABC):
         return [self.fit(ctx) for ctx in ctxs]
 
 
+DEMO_DATASET = "demo"
+"""The dataset name ``ssilbench data demo`` imports a scripted demo under (``-o dataset=demo``
+on the runs that use it)."""
+
+
 def provides(obj: Task | Environment, method: str) -> bool:
     """Whether a task or environment implements one of its optional methods
-    (``import_dataset``, ``collect_dataset``, ``train_expert``)."""
+    (``import_dataset``, ``write_demo``, ``collect_dataset``, ``train_expert``)."""
     base = Task if isinstance(obj, Task) else Environment
     return getattr(type(obj), method, None) is not getattr(base, method, None)

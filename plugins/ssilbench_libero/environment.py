@@ -23,6 +23,7 @@ from ssilbench.api import (
     UsageError,
     unknown,
 )
+from ssilbench_libero.demo import DEMO_RUN
 from ssilbench_libero.tasks import (
     ABSOLUTE_ACTION_HIGH,
     ABSOLUTE_ACTION_LOW,
@@ -426,8 +427,7 @@ class Libero10Environment(Environment):
     # The published data `ssilbench data download libero10` fetches (package data).
     downloads: ClassVar[str | None] = "ssilbench_libero:downloads.toml"
     # Figure 6: D_L of 2 demonstrations per task (about 5%, all in D_U without actions), 3
-    # training seeds (D_L drawn again for each; the paper names no seed values: 0, 1, 2),
-    # 50,000 steps.
+    # training seeds (D_L drawn again for each; no seed values given: 0, 1, 2), 50,000 steps.
     paper_protocol: ClassVar[PaperProtocol | None] = PaperProtocol(
         budgets=("2",),
         seeds=(0, 1, 2),
@@ -436,8 +436,17 @@ class Libero10Environment(Environment):
         source="the paper's Figure 6 caption and its appendix (50,000 steps)",
     )
 
+    demo_run: ClassVar[str] = DEMO_RUN
+
     def tasks(self) -> list[str]:
         return list(TASK_IDS)
+
+    def write_demo(self, folder: Path, tasks: list[str], episodes: int | None = None,
+                   seed: int = 0, episode_length: int | None = None,
+                   log: Callable[[str], None] = print) -> Path:  # fmt: skip
+        from ssilbench_libero.demo import write_demo
+
+        return write_demo(folder, tasks, episodes, seed, episode_length, log)
 
     def expand_all(self, options: BaseModel) -> list[str]:
         """``libero10:all``: the multitask task, or the ten tasks with multitask=false."""

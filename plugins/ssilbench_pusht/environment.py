@@ -30,6 +30,8 @@ GYM_ID = "gym_pusht/PushT-v0"
 # task (listing, planning) does not import the simulator. A test checks it against the
 # registration.
 MAX_EPISODE_STEPS = 300
+# Episodes `ssilbench data demo pusht` records by default.
+DEMO_EPISODES = 10
 # Training length of the UVA paper's runs (step parity between methods).
 DEFAULT_STEPS = 50_000
 PROTOCOL = (
@@ -126,9 +128,9 @@ class PushTTask(Task):
                 f"import diffusion-policy's replay with 'ssilbench data download pusht{flag} "
                 f"--data-root {root}', import the replay file you have with "
                 f"'ssilbench data import pusht --from PATH{flag} --data-root {root}' (PATH is "
-                "e.g. pusht_cchi_v7_replay.zarr), or make a small one from scripted rollouts "
-                "with ssilbench_pusht.replay.make_demo_dataset (see "
-                "docs/environments/pusht.md).",
+                "e.g. pusht_cchi_v7_replay.zarr), or try a small one of scripted rollouts: "
+                f"'ssilbench data demo pusht --data-root {root}', then run with -o "
+                "dataset=demo (see docs/environments/pusht.md).",
                 path,
             )
         return TransitionStore.open(path, verify=True)
@@ -171,8 +173,40 @@ class PushTEnvironment(Environment):
         source="the paper's Figure 6 caption and its appendix (50,000 steps)",
     )
 
+    # A first run on `ssilbench data demo pusht`'s scripted episodes: a minute or two on a CPU.
+    demo_run: ClassVar[str] = (
+        "--budgets 2 --seeds 0 --steps 50 -o eval_episodes=2 -o max_steps=50 -c "
+        """'arch_options={"profile": "small", "vae_steps": 20, "pretrain_steps": 20, """
+        """"batch_size": 8, "vae_batch": 8}'"""
+    )
+
     def tasks(self) -> list[str]:
         return list(TASKS)
+
+    def write_demo(
+        self,
+        folder: Path,
+        tasks: list[str],
+        episodes: int | None = None,
+        seed: int = 0,
+        episode_length: int | None = None,
+        log: Callable[[str], None] = print,
+    ) -> Path:
+        """``folder/demo.zarr``: scripted rollouts (not an expert's) in diffusion-policy's
+        replay layout (``replay.make_demo_dataset``), float32 frames as the download's."""
+        from ssilbench_pusht.replay import make_demo_dataset
+        from ssilbench_pusht.vec_env import import_gym_pusht
+
+        for task in tasks:
+            if task not in TASKS:
+                raise unknown(self.task_kind, task, TASKS)
+        import_gym_pusht()  # a missing extra is said before anything is written
+        path = Path(folder) / "demo.zarr"
+        episodes = episodes or DEMO_EPISODES
+        make_demo_dataset(path, num_episodes=episodes, seed=seed,
+                          max_steps=episode_length or MAX_EPISODE_STEPS)  # fmt: skip
+        log(f"pusht: {episodes} scripted episodes -> {path}")
+        return path
 
     def import_dataset(
         self,

@@ -8,6 +8,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import (
+    DEFAULT_DATA,
     count_option,
     data_root_option,
     device_option,
@@ -106,6 +107,94 @@ def data_import(state: State, family: str, source: str, tasks, options, data_roo
                                         replace=replace, log=state.log())  # fmt: skip
     for store in stores:
         click.echo(f"{store.root}: {_describe(store)}")
+
+
+@data.command("demo")
+@click.argument("family")
+@click.option(
+    "--tasks",
+    default=None,
+    help="Comma-separated tasks to make a demo of [default: every task of the family].",
+)
+@count_option("--episodes", minimum=1, help="Scripted episodes per task [default: the family's].")
+@count_option(
+    "--episode-length", minimum=1, help="Most steps an episode takes [default: the family's]."
+)
+@count_option("--seed", minimum=0, default=0, help="Seed of the scripted episodes.")
+@data_root_option
+@click.option("--replace", is_flag=True, help="Make the demo again over an existing one.")
+@click.pass_obj
+def data_demo(state: State, family: str, tasks, episodes, episode_length, seed: int,
+              data_root: str, replace: bool) -> None:  # fmt: skip
+    """Try FAMILY (pusht, libero10) without its download: write a small scripted dataset in
+    the download's layout and import it as the dataset 'demo' (runs take -o dataset=demo).
+
+    The episodes come from a scripted policy in the real simulator, not from an expert:
+    they exercise the whole pipeline, not the paper's numbers.
+    """
+    from ssilbench.api import DEMO_DATASET
+
+    environment = _demo_environment(state, family)
+    chosen: list[str] = []
+    if tasks is not None:
+        ids = [f"{family}:{t}" for t in comma_list(tasks, "task", "--tasks TASK1,TASK2")]
+        chosen = [t for _, t in expand_envs(state.plugins, ids)]
+    opts = environment_options(environment, family, {"dataset": DEMO_DATASET})
+    root = Path(data_root).expanduser()
+    present = _imported(environment, chosen, opts, root)
+    if present and not replace:
+        raise UsageError(f"A {family} demo is already imported at {', '.join(present)}; add "
+                         "--replace to make it again.")  # fmt: skip
+    import shutil
+
+    folder = root / "demo-source" / family
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    source = environment.write_demo(folder, chosen, episodes, seed, episode_length, state.log())
+    stores = environment.import_dataset(source, root, chosen, opts, replace=replace,
+                                        log=state.log())  # fmt: skip
+    if len(stores) < len(_demo_tasks(environment, chosen)):
+        # A store that did not open (damaged) is still there: the importer left it alone.
+        raise UsageError(f"A {family} demo dataset is already at {root / family}; add --replace "
+                         "to make it again.")  # fmt: skip
+    for store in stores:
+        click.echo(f"{store.root}: {_describe(store)}")
+    envs = ",".join(f"{family}:{t}" for t in chosen) if chosen else family
+    where = "" if data_root == DEFAULT_DATA else f"--data-root {data_root}"
+    command = ["ssilbench run --method bc --env", envs, f"-o dataset={DEMO_DATASET}",
+               environment.demo_run, where]  # fmt: skip
+    click.echo("Run on it with: " + " ".join(part for part in command if part))
+
+
+def _demo_environment(state: State, family: str):  # noqa: ANN202
+    """FAMILY's environment, when it offers a demo; else a UsageError naming those that do."""
+    from ssilbench.api import provides
+
+    registry = state.plugins.environments
+    offering = [n for n in registry.names() if provides(registry.create(n), "write_demo")]
+    if family not in registry.names() or not provides(registry.create(family), "write_demo"):
+        what = "is not an environment" if family not in registry.names() else "offers no demo"
+        raise UsageError(f"'{family}' {what}; the families with a demo are: "
+                         f"{', '.join(offering) or 'none'}.")  # fmt: skip
+    return registry.create(family)
+
+
+def _demo_tasks(environment, tasks: list[str]) -> list[str]:  # noqa: ANN001
+    """The tasks a demo of ``tasks`` (none, or ``all``: every task) is imported for."""
+    return [t for t in tasks if t != "all"] or environment.tasks()
+
+
+def _imported(environment, tasks: list[str], opts, root: Path) -> list[str]:  # noqa: ANN001
+    """Where the tasks' demo datasets already lie (a store that opens) under ``root``."""
+    import contextlib
+
+    from ssilbench.errors import DatasetError
+
+    present = []
+    for name in _demo_tasks(environment, tasks):
+        with contextlib.suppress(DatasetError):
+            present.append(str(environment.load(name, opts).dataset(root).root))
+    return present
 
 
 @data.command("collect")

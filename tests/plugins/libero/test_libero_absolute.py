@@ -23,6 +23,7 @@ from ssilbench_libero.environment import Libero10Environment, Libero10Options, d
 from ssilbench_libero.sim import libero_available
 from ssilbench_libero.tasks import TASKS
 
+from .conftest import DEMO_SEED, DEMO_STEPS
 from .test_libero_data import write_task_file
 from .test_libero_uva import uva_smoke_run
 
@@ -131,8 +132,8 @@ def test_absolute_import_needs_the_states(tmp_path: Path, cli):
 
 # --- in the real scene ----------------------------------------------------------------
 
-STEPS = 40
-SEED = 11
+STEPS = DEMO_STEPS
+SEED = DEMO_SEED
 # Tolerances, measured on this machine and stated in docs/environments/libero10.md.
 # The replay of recorded states: positions and velocities within 1e-6 (measured 1.0e-7: the
 # solver's warm start is not part of a flattened MuJoCo state, so it differs at the start).
@@ -141,61 +142,19 @@ STATE_TOL = 1e-6
 TRACK_TOL = 1e-4
 
 
-def _smooth_actions(seed: int, count: int) -> np.ndarray:
-    """A teleoperator-like delta episode: a random walk in [-1, 1], gripper open or closed."""
-    rng = np.random.Generator(np.random.PCG64(seed))
-    actions = np.clip(np.cumsum(rng.normal(0.0, 0.15, (count, 7)), axis=0), -1.0, 1.0)
-    actions[:, 6] = np.where(actions[:, 6] > 0, 1.0, -1.0)
-    return actions
-
-
 def _ee(env) -> np.ndarray:
     controller = env.env.robots[0].controller
     controller.update(force=True)
     return np.array(controller.ee_pos, dtype=np.float64)
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """A delta episode in the real scene, played by the delta vector env from fixed initial
-    state 0, written as a LIBERO file (its states recorded before each action)."""
-    from ssilbench_libero.vec_env import Libero10VectorEnv
-
-    venv = Libero10VectorEnv(TASK, 1, seed=SEED, max_steps=STEPS + 1)
-    actions = _smooth_actions(SEED, STEPS)
-    try:
-        obs, _ = venv.reset(seed=SEED)
-        env = venv._envs[0]
-        states, ee, frames = [], [], [obs]
-        for action in actions:
-            states.append(env.get_sim_state().copy())
-            obs, *_ = venv.step(action[None].astype(np.float32))
-            ee.append(_ee(env))
-            frames.append(obs)
-    finally:
-        venv.close()
-    folder = tmp_path_factory.mktemp("absolute") / "src"
-    folder.mkdir()
-    with h5py.File(folder / TASK.demo_file, "w") as handle:
-        data = handle.create_group("data")
-        data.attrs["problem_info"] = json.dumps({"language_instruction": TASK.language})
-        # Two copies of the episode: a budget of 2 demonstrations in the end-to-end run.
-        for name in ("demo_0", "demo_1"):
-            group = data.create_group(name)
-            group.create_dataset(
-                "obs/agentview_rgb", data=np.stack([f["obs"][0, ::-1] for f in frames[:-1]])
-            )
-            group.create_dataset(
-                "obs/eye_in_hand_rgb", data=np.stack([f["wrist"][0, ::-1] for f in frames[:-1]])
-            )
-            proprio = np.stack([f["proprio"][0] for f in frames[:-1]]).astype(np.float64)
-            group.create_dataset("obs/gripper_states", data=proprio[:, :2])
-            group.create_dataset("obs/joint_states", data=proprio[:, 2:])
-            group.create_dataset("actions", data=actions)
-            group.create_dataset("states", data=np.stack(states))
-            group.create_dataset("rewards", data=np.zeros(STEPS))
-            group.create_dataset("dones", data=np.eye(1, STEPS, STEPS - 1)[0])
-    return folder, np.stack(states), actions, np.stack(ee)
+@pytest.fixture
+def recorded(libero_demo):
+    """``data demo libero10``'s scripted delta episode of TASK (from fixed initial state 0):
+    its file's folder, MuJoCo states before each action, actions, and the hand's position
+    after each action but the last."""
+    assert libero_demo.states.shape[0] == STEPS
+    return libero_demo.source, libero_demo.states, libero_demo.actions, libero_demo.ee_before[1:]
 
 
 @needs_libero
@@ -235,14 +194,13 @@ def test_absolute_import_and_rollout_follow_the_delta_episode(recorded, tmp_path
     assert any("absolute actions replayed in" in line for line in lines)
     # The run's dataset is the absolute store; its actions are goal poses.
     opened = environment.load(TASK.id, ABSOLUTE).dataset(tmp_path)
-    assert opened.episode_ends.tolist() == [STEPS, 2 * STEPS]
-    absolute = np.asarray(opened.actions, dtype=np.float64)[:STEPS]
-    np.testing.assert_array_equal(absolute, np.asarray(opened.actions)[STEPS:])
+    assert opened.episode_ends.tolist() == [STEPS]
+    absolute = np.asarray(opened.actions, dtype=np.float64)
     np.testing.assert_array_equal(absolute[:, 6], actions[:, 6])  # the gripper as it was
     spec = environment.load(TASK.id, ABSOLUTE).spec
     assert np.all(absolute >= spec.action_low) and np.all(absolute <= spec.action_high)
     # Each goal is the delta controller's: the hand's position then plus at most 5 cm a step.
-    assert np.abs(absolute[1:, :3] - ee[:-1]).max() <= 0.05 + 1e-3
+    assert np.abs(absolute[1:, :3] - ee).max() <= 0.05 + 1e-3
     assert np.abs(np.linalg.norm(absolute[:, 3:6], axis=1)).max() <= np.pi + 1e-6
     # The absolute-controlled environment from the same start, stepped with the converted
     # actions, follows the delta episode's end effector.
@@ -262,7 +220,7 @@ def test_absolute_import_and_rollout_follow_the_delta_episode(recorded, tmp_path
         venv.close()
     # Settling with the pose held lands where the delta env's zero actions did.
     assert np.abs(settled[1:10] - states[0][1:10]).max() < 1e-5  # measured 4.2e-7 rad
-    error = np.abs(np.stack(tracked) - ee).max()
+    error = np.abs(np.stack(tracked)[:-1] - ee).max()
     print(
         f"absolute rollout vs delta episode: end effector max |difference| {error:.2e} m; "
         f"settled start {np.abs(settled[1:10] - states[0][1:10]).max():.2e} rad"
@@ -293,7 +251,7 @@ def test_uva_trains_and_rolls_out_with_absolute_actions(recorded, cli):
     assert dataset_dir(cli.data, "demos", TASK.id, "absolute").exists()
     assert not dataset_dir(cli.data, "demos", TASK.id).exists()
     uva_smoke_run(cli, TASK.id, "-o", "control=absolute", "-c",
-                  "arch_options=" + json.dumps(TINY))  # fmt: skip
+                  "arch_options=" + json.dumps(TINY), budget=1)  # fmt: skip
 
 
 class _FakeReplay:

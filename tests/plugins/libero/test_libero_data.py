@@ -7,7 +7,6 @@ naming the file and the key, and no store left behind that looks complete.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 
 from ssilbench.api import DatasetError, UsageError
 from ssilbench.testing import check_dataset, partial_path, usage_error
+from ssilbench_libero import demo
 from ssilbench_libero.environment import Libero10Environment, Libero10Options, dataset_dir
 from ssilbench_libero.tasks import BY_ID, TASKS
 
@@ -27,38 +27,23 @@ DEMOS = {"demo_0": 5, "demo_2": 3, "demo_10": 4}
 
 def write_task_file(folder: Path, task=FIRST, demos=DEMOS, seed: int = 0, compress=False,
                     language: str | None = None) -> dict[str, dict[str, np.ndarray]]:  # fmt: skip
-    """``<bddl>_demo.hdf5`` in LIBERO's layout; returns what it wrote, demo by demo."""
+    """``<bddl>_demo.hdf5`` in LIBERO's layout (the plugin's writer) with random contents of
+    the right shapes; returns what it wrote, demo by demo."""
     rng = np.random.Generator(np.random.PCG64(seed))
-    folder.mkdir(parents=True, exist_ok=True)
     written = {}
-    options = {"compression": "gzip", "chunks": True} if compress else {}
-    with h5py.File(folder / task.demo_file, "w") as handle:
-        data = handle.create_group("data")
-        data.attrs["env_name"] = "Libero_Kitchen_Tabletop_Manipulation"
-        data.attrs["problem_info"] = json.dumps({
-            "problem_name": "libero_tabletop_manipulation",
-            "domain_name": "robosuite",
-            "language_instruction": language or task.language,
-        })  # fmt: skip
-        data.attrs["bddl_file_name"] = f"libero/libero/bddl_files/libero_10/{task.bddl}.bddl"
-        data.attrs["env_args"] = json.dumps({"type": 1, "env_name": "x", "env_kwargs": {}})
-        for name, length in demos.items():
-            arrays = {
-                "obs/agentview_rgb": rng.integers(0, 256, (length, 128, 128, 3), dtype=np.uint8),
-                "obs/eye_in_hand_rgb": rng.integers(0, 256, (length, 128, 128, 3), dtype=np.uint8),
-                "obs/gripper_states": rng.normal(size=(length, 2)),
-                "obs/joint_states": rng.normal(size=(length, 7)),
-                "obs/ee_states": rng.normal(size=(length, 6)),
-                "actions": np.clip(rng.normal(size=(length, 7)), -1, 1),
-                "states": rng.normal(size=(length, 47)),
-                "rewards": np.eye(1, length, length - 1, dtype=np.uint8)[0],
-                "dones": np.eye(1, length, length - 1, dtype=np.uint8)[0],
-            }
-            group = data.create_group(name)
-            group.attrs["num_samples"] = length
-            for key, value in arrays.items():
-                group.create_dataset(key, data=value, **options)
-            written[name] = arrays
+    for name, length in demos.items():
+        written[name] = {
+            "obs/agentview_rgb": rng.integers(0, 256, (length, 128, 128, 3), dtype=np.uint8),
+            "obs/eye_in_hand_rgb": rng.integers(0, 256, (length, 128, 128, 3), dtype=np.uint8),
+            "obs/gripper_states": rng.normal(size=(length, 2)),
+            "obs/joint_states": rng.normal(size=(length, 7)),
+            "obs/ee_states": rng.normal(size=(length, 6)),
+            "actions": np.clip(rng.normal(size=(length, 7)), -1, 1),
+            "states": rng.normal(size=(length, 47)),
+            "rewards": np.eye(1, length, length - 1, dtype=np.uint8)[0],
+            "dones": np.eye(1, length, length - 1, dtype=np.uint8)[0],
+        }
+    demo.write_task_file(folder, task, written, language=language, compress=compress)
     return written
 
 

@@ -24,14 +24,17 @@ TINY = {
 ARCH = ["-c", "arch_options=" + json.dumps(TINY)]
 
 
+# The runs read the dataset `data demo` imported.
+DEMO = ["-o", "dataset=demo"]
+
+
 @pytest.fixture
 def pusht_data(cli):
-    from ssilbench_pusht.replay import make_demo_dataset
-
-    make_demo_dataset(cli.tmp / "demo.zarr", num_episodes=4, seed=0, max_steps=30)
-    result = cli("data", "import", "pusht", "--from", str(cli.tmp / "demo.zarr"),
+    """``ssilbench data demo pusht``: scripted episodes written as a replay zarr, imported."""
+    result = cli("data", "demo", "pusht", "--episodes", "4", "--episode-length", "30",
                  "--data-root", str(cli.data))  # fmt: skip
     assert result.returncode == 0, result.stderr
+    assert "-o dataset=demo" in result.stdout  # the run command to use is printed
     return cli
 
 
@@ -49,6 +52,7 @@ def test_every_method_on_uva_runs_pusht_end_to_end(pusht_data):
         "0",
         "--steps",
         "4",
+        *DEMO,
     ]
     result = cli.run("--method", "uva,bc,idm_labeling,vm_idm", "--env", "pusht", *short, *ARCH)
     assert result.returncode == 0, result.stderr
@@ -64,6 +68,9 @@ def test_every_method_on_uva_runs_pusht_end_to_end(pusht_data):
         assert "success_rate" in metrics
         stages = json.loads(r["stages"])
         assert sum(s["used"] for s in stages.values()) == 4  # step parity
+        # The demo is told apart from the download's data in the record and its label.
+        assert json.loads(r["spec"])["options"]["dataset"] == "demo"
+        assert "dataset=demo" in r["env_label"]
     board = cli("leaderboard", "--results", str(cli.results), "--export", "md")
     assert board.returncode == 0, board.stderr
     assert "N_L=2 demos" in board.stdout
@@ -83,6 +90,7 @@ def test_uva_vm_idm_sampling_path_reuses_the_trained_network(pusht_data):
         "0",
         "--steps",
         "3",
+        *DEMO,
     ]
     for path in ("policy", "vm_idm"):
         result = cli.run("--method", "uva", "--env", "pusht", *short, *ARCH,
@@ -97,7 +105,7 @@ def test_uva_vm_idm_sampling_path_reuses_the_trained_network(pusht_data):
 @pytest.mark.slow
 def test_bad_uva_options_exit_2_before_anything_runs(pusht_data, tmp_path):
     cli = pusht_data
-    short = ["--budgets", "2", "--seeds", "0", "--steps", "2", "-o", "eval_episodes=1"]
+    short = ["--budgets", "2", "--seeds", "0", "--steps", "2", "-o", "eval_episodes=1", *DEMO]
     bad = cli.run("--method", "uva", "--env", "pusht", *short, "-c", 'arch_options={"widht": 8}')
     assert bad.returncode == 2
     assert "widht" in bad.stderr
@@ -135,12 +143,12 @@ def test_a_missing_simulator_is_one_message_and_exit_2(pusht_data):
     cli = pusht_data
     cli.write_plugin("sitecustomize", "import sys\nsys.modules['gym_pusht'] = None\n")
     result = cli.run(
-        "--method", "bc", "--env", "pusht", "--budgets", "2", "--seeds", "0", "--steps", "2"
+        "--method", "bc", "--env", "pusht", "--budgets", "2", "--seeds", "0", "--steps", "2", *DEMO
     )
     assert result.returncode == 2, result.stderr
     assert "pip install 'ssilbench[pusht]'" in result.stderr
     assert not (cli.results / "results.sqlite").exists() or run_records(cli.results) == []
     offline = cli.run("--method", "bc", "--env", "pusht", "--budgets", "2", "--seeds", "0",
                       "--steps", "2",
-                      "--no-rollouts", *ARCH)  # fmt: skip
+                      "--no-rollouts", *DEMO, *ARCH)  # fmt: skip
     assert offline.returncode == 0, offline.stderr  # training alone needs no simulator
