@@ -244,6 +244,13 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
             )
+        if spec.extra_obs and not arch.unified:  # build() takes one input shape
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} builds networks of one input, but "
+                f"{spec.env_id}'s observations also hold {', '.join(spec.extra_obs)}, which only "
+                f"a unified architecture takes. Leave {fname} unset for the environment's "
+                f"default ({spec.default_arch})."
+            )
         problem = arch().input_problem(tuple(spec.obs_shape))
         if problem:
             raise ConfigError(

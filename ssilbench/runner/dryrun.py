@@ -62,6 +62,9 @@ class DryRunSettings:
     shipped: bool = True
     """Take the shipped step times (:mod:`ssilbench.runner.step_table`) where none are
     kept in ``timings``."""
+    count_flops: bool = True
+    """Count the FLOPs of a key the shipped ones lack, to scale its step time (seconds at
+    small sizes, minutes at the paper's); else only shipped counts scale."""
 
 
 def dry_run(
@@ -176,9 +179,10 @@ class _StepTimes:
         assert table is not None
         found = table.measured(key)
         if found is None and table.can_scale(key):
-            if table.flops.get(key) is None:
+            flops = table.flops.get(key)
+            if flops is None and self.settings.count_flops:
                 self.log(f"counting the FLOPs of {method.name} on {task.env} (no arithmetic) ...")
-            flops = table.flops.count(key, method, task, self.plugins)
+                flops = table.flops.count(key, method, task, self.plugins)
             found = table.scaled(key, flops) if flops is not None else None
         if found is None:
             found = table.get(key)

@@ -284,10 +284,12 @@ def preview_run(
     plugins: Plugins,
     log: Callable[[str], None] = lambda message: None,
     measure_missing: bool = True,
+    count_flops: bool = True,
 ) -> tuple[DryRun, Timings]:
     """The stage plan and estimated compute of the runs a sweep would execute, and the step
     times behind the estimate (measured now where none were kept and ``measure_missing``;
-    see :func:`save_timings`). Nothing is claimed, trained or written."""
+    see :func:`save_timings`; scaled from FLOPs counted now with ``count_flops``). Nothing
+    is claimed, trained or written."""
     from ssilbench.runner.dryrun import DryRunSettings, dry_run
     from ssilbench.runner.timings import FILE, Timings
     from ssilbench.runner.workload import recorded
@@ -301,6 +303,7 @@ def preview_run(
         executor=prepared.executor is not None,
         cache_root=results_dir / "cache" if options.cache else None,
         measure_missing=measure_missing,
+        count_flops=count_flops,
         remeasure=options.remeasure,
         steps=PLAN_STEPS if options.save_timings else PROBE_STEPS,
     )
@@ -337,7 +340,10 @@ def estimate_run(
                                      prepared.options.retry_failed)  # fmt: skip
         measure = probe <= PROBE_SHARE * pending
     with _random_state_kept(prepared.device):
-        report, timings = preview_run(prepared, plugins, log, measure_missing=measure)
+        # A batch job neither measures nor counts FLOPs before it starts (minutes at the
+        # paper's sizes): its estimate is made of what is kept or shipped.
+        report, timings = preview_run(prepared, plugins, log, measure_missing=measure,
+                                      count_flops=measure)  # fmt: skip
     if measure and timings.items:
         save_timings(timings, prepared.results_dir)
     return report if report.wall_seconds is not None else None

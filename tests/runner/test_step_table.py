@@ -143,6 +143,15 @@ def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measur
         "measurements (bc default N_L=16)" in text  # fmt: skip
     cuda = anchor.replace('"device": "cpu', '"device": "cuda')
     assert not table.can_scale(cuda)  # a CPU's rate says nothing of a GPU
+    # The estimate a batch job's run makes before it starts counts nothing (minutes at the
+    # paper's sizes): keys without a shipped count stay unpriced.
+    from ssilbench.runner import step_flops
+
+    monkeypatch.setattr(step_flops, "count_flops", no_measuring)
+    quiet = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                    DryRunSettings(measure_missing=False, count_flops=False))  # fmt: skip
+    priced = {m.method for _, m in quiet.measurements.values() if m is not None}
+    assert "idm_labeling" not in priced and "bc" in priced
 
 
 def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_counting(

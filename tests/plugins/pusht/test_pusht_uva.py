@@ -134,6 +134,10 @@ def test_bad_uva_options_exit_2_before_anything_runs(pusht_data, tmp_path):
     wrong = cli.run("--method", "bc", "--env", "pusht", *short, "-c", "arch=mlp5")
     assert wrong.returncode == 2
     assert "continuous" in wrong.stderr
+    # A continuous-action network of one input cannot take Push-T's agent_pos as well.
+    one_input = cli.run("--method", "bc", "--env", "pusht", *short, "-c", "arch=continuous")
+    assert one_input.returncode == 2, one_input.stderr
+    assert "agent_pos" in one_input.stderr and "unified" in one_input.stderr
 
 
 @pytest.mark.slow
