@@ -45,7 +45,7 @@ from ssilbench.errors import (
     UsageError,
     unknown,
 )
-from ssilbench.models import Architecture, Policy, VideoModel
+from ssilbench.models import Architecture, Policy, VideoModel, image_frames
 from ssilbench.registry import BoundRegistry, lazy_attributes
 from ssilbench.stages import Stage, StageBudget, StagePlan, StoppingRule
 
@@ -223,8 +223,6 @@ class Task(ABC):
         (a maze drawn from the agent's cell) or a better picture (a simulator's render)."""
         if self.spec.obs_kind != "image":
             return None
-        from ssilbench.eval.video import image_frames
-
         return image_frames(obs, self.spec.obs_shape, self.spec.frame_stack)
 
     # --- optional: datasets made by rolling out a policy, and experts to roll out ---------

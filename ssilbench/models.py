@@ -6,9 +6,10 @@ from; defined here so that :mod:`ssilbench.context` names them without importing
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from ssilbench.stages import WarmupLinear
@@ -107,3 +108,30 @@ class Architecture(ABC):
     def batch_size(self, n: int) -> int:
         """The paper's batch-size rule for a dataset of ``n`` items (full batch by default)."""
         return n
+
+
+def image_frames(obs: Any, obs_shape: tuple[int, ...], frame_stack: int = 1) -> np.ndarray | None:
+    """RGB frames (N, H, W, 3) uint8 of a batch of image observations (channels first or
+    last, 1 or 3 channels; with a frame stack, its newest frame; a dict's ``"obs"``), or None
+    where the observations are not images. ``Task.frames``' default: in the contract, so
+    that the api imports none of the core's video machinery."""
+    import numpy as np
+
+    if isinstance(obs, dict):
+        obs = obs.get("obs")
+    if obs is None or len(obs_shape) != 3:
+        return None
+    array = np.asarray(obs)
+    if frame_stack > 1 and array.ndim == 5:
+        array = array[:, -1]
+    if array.ndim != 4 or tuple(array.shape[1:]) != tuple(obs_shape):
+        return None
+    if obs_shape[0] in (1, 3) and obs_shape[-1] not in (1, 3):
+        array = array.transpose(0, 2, 3, 1)  # channels first -> last
+    if array.shape[-1] == 1:
+        array = np.repeat(array, 3, axis=-1)
+    if array.shape[-1] != 3:
+        return None
+    if array.dtype != np.uint8:
+        array = np.clip(array, 0, 255).astype(np.uint8)
+    return array

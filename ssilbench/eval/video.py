@@ -35,30 +35,6 @@ Frames = Callable[[Any, Any, dict], "np.ndarray | None"]
 """``(venv, obs, info) -> (num_envs, H, W, 3) uint8 frames or None``: a task's ``frames``."""
 
 
-def image_frames(obs: Any, obs_shape: tuple[int, ...], frame_stack: int = 1) -> np.ndarray | None:
-    """RGB frames (N, H, W, 3) uint8 of a batch of image observations (channels first or
-    last, 1 or 3 channels; with a frame stack, its newest frame; a dict's ``"obs"``), or None
-    where the observations are not images."""
-    if isinstance(obs, dict):
-        obs = obs.get("obs")
-    if obs is None or len(obs_shape) != 3:
-        return None
-    array = np.asarray(obs)
-    if frame_stack > 1 and array.ndim == 5:
-        array = array[:, -1]
-    if array.ndim != 4 or tuple(array.shape[1:]) != tuple(obs_shape):
-        return None
-    if obs_shape[0] in (1, 3) and obs_shape[-1] not in (1, 3):
-        array = array.transpose(0, 2, 3, 1)  # channels first -> last
-    if array.shape[-1] == 1:
-        array = np.repeat(array, 3, axis=-1)
-    if array.shape[-1] != 3:
-        return None
-    if array.dtype != np.uint8:
-        array = np.clip(array, 0, 255).astype(np.uint8)
-    return array
-
-
 class FilmedVectorEnv:
     """A vector environment whose first ``count`` sub-environments' first episodes are
     filmed (:attr:`episodes`: one list of (H, W, 3) frames per sub-environment, the start

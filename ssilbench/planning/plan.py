@@ -244,13 +244,6 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"inputs, but {spec.env_id} gives {spec.obs_kind} observations. Choose another "
                 f"architecture ({', '.join(plugins.architectures.names())})."
             )
-        if spec.extra_obs and not arch.unified:  # build() takes one input shape
-            raise ConfigError(
-                f"Method '{info.name}': {fname}={arch_name} builds networks of one input, but "
-                f"{spec.env_id}'s observations also hold {', '.join(spec.extra_obs)}, which only "
-                f"a unified architecture takes. Leave {fname} unset for the environment's "
-                f"default ({spec.default_arch})."
-            )
         problem = arch().input_problem(tuple(spec.obs_shape))
         if problem:
             raise ConfigError(
@@ -264,6 +257,13 @@ def _check_architectures(info: MethodInfo, spec: EnvSpec, plugins: Plugins) -> N
                 f"{'/'.join(arch.action_kinds)} actions, but {spec.env_id} has "
                 f"{spec.action_kind} actions. Leave {fname} unset for the environment's default "
                 f"({spec.default_arch}) or choose an architecture for {spec.action_kind} actions."
+            )
+        if spec.extra_obs and not arch.unified:  # build() takes one input shape
+            raise ConfigError(
+                f"Method '{info.name}': {fname}={arch_name} builds networks of one input, but "
+                f"{spec.env_id}'s observations also hold {', '.join(spec.extra_obs)}, which only "
+                f"a unified architecture takes. Leave {fname} unset for the environment's "
+                f"default ({spec.default_arch})."
             )
     for fname, target in architecture_options_fields(info.cls.Config).items():
         arch_name = getattr(info.config, target) or spec.default_arch

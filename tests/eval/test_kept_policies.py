@@ -19,8 +19,8 @@ from ssilbench.eval.video import (
     FilmedVectorEnv,
     enlarge,
     ffmpeg_available,
-    image_frames,
 )
+from ssilbench.models import image_frames
 from ssilbench.runs.spec import RunSpec
 from ssilbench.testing import cli_exit_code, run_records
 
