@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -113,6 +113,11 @@ def network(layout: Layout, o: UVAOptions) -> UVANet | FusedUVANet:
                 temperature=o.temperature)  # fmt: skip
 
 
+def _no_rows(rows: torch.Tensor | None) -> torch.Tensor | None:
+    """An empty tensor of the rows' shape (a slice would pickle its whole storage)."""
+    return None if rows is None else rows.new_empty((0, *rows.shape[1:]))
+
+
 class Shared:
     """What every run of one task shares: the frozen autoencoder and the encoded frames."""
 
@@ -132,6 +137,16 @@ class Shared:
         # The stored images (memory maps), read again where training augments them.
         self.images = self._streams(ctx.unlabeled)
         self.encoded = self._encode(ctx.unlabeled)
+
+    def __getstate__(self) -> dict:
+        """What pickling keeps (``run --keep-policy``): what acting reads (the autoencoder,
+        the action codec, the normalising statistics), not the dataset's images (memory
+        maps, which would pickle whole) nor its encoded tokens."""
+        state = dict(self.__dict__)
+        enc = self.encoded
+        state["images"] = []
+        state["encoded"] = replace(enc, tokens=_no_rows(enc.tokens), proprio=_no_rows(enc.proprio))
+        return state
 
     # --- autoencoder ---------------------------------------------------------------------
     def _streams(self, view: UnlabeledView) -> list[np.ndarray]:
