@@ -31,8 +31,8 @@ STORE_FILE = "results.sqlite"
 # SQLite keeps a store's recent writes in these files beside it until a checkpoint.
 STORE_COMPANIONS = ("-wal", "-shm", "-journal")
 # What a results folder keeps besides the store: trained stages, run checkpoints, SLURM job
-# files and measured step times.
-STORE_FOLDERS = ("cache", "checkpoints", "slurm")
+# files, kept policies (run --keep-policy) and measured step times.
+STORE_FOLDERS = ("cache", "checkpoints", "slurm", "policies")
 STORE_FILES = ("timings.json",)
 
 

@@ -9,6 +9,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import count_option, device_option, results_option
+from ssilbench.cli.outputs import guards_outputs
 
 DEFAULT_VIDEO = "\0results/videos"  # --video given without DIR
 
@@ -27,19 +28,21 @@ DEFAULT_VIDEO = "\0results/videos"  # --video given without DIR
               "installed (the [video] extra), else GIF.")  # fmt: skip
 @device_option("cpu")
 @click.pass_obj
+@guards_outputs()
 def eval_cmd(state: State, run_id: str, results: str, episodes: int | None, video: str | None,
              videos: int, fmt: str, device: str) -> None:  # fmt: skip
     """Evaluate the policy a run kept (run --keep-policy) under the run's protocol, seeds
     and final step, and film it with --video. RUN_ID: the run's id, or its first 6+
     characters."""
     from ssilbench.eval.video import VIDEOS
+    from ssilbench.outputs import check_output
     from ssilbench.runner.evaluate import Filming, evaluate_kept
 
     results_dir = Path(results).expanduser()
     filming = None
     if video is not None:
         folder = results_dir / VIDEOS if video == DEFAULT_VIDEO else Path(video).expanduser()
-        filming = Filming(folder, videos, fmt)
+        filming = Filming(check_output(folder, flag="--video"), videos, fmt)  # refused early
     report = evaluate_kept(state.plugins, results_dir, run_id, episodes, filming, device)
     for line in report.lines():
         click.echo(line)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ssilbench.errors import OutputError, UsageError, os_error_message
+from ssilbench.outputs import check_output
 
 VIDEOS = "videos"
 """The folder of a results directory where ``eval --video`` writes by default, as
@@ -137,12 +140,15 @@ def write_video(frames: list[np.ndarray], path: Path, fmt: str, fps: int = FPS) 
     """One episode's frames written to ``path`` (its suffix set to ``fmt``: mp4 or gif),
     enlarged (:func:`enlarge`); an OS error is an OutputError naming the file."""
     stack = enlarge(np.stack(frames))
-    path = path.with_suffix(f".{fmt}")
+    path = check_output(path.with_suffix(f".{fmt}"), flag="--video")
+    # Written beside it under a temporary name (its suffix kept: ffmpeg reads the container
+    # from it) and renamed, so a failure leaves no half-written video.
+    tmp = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:12]}{path.suffix}")
     try:
         if fmt == "mp4":
             import imageio.v2 as imageio
 
-            with imageio.get_writer(path, format="FFMPEG", mode="I", fps=fps,
+            with imageio.get_writer(tmp, format="FFMPEG", mode="I", fps=fps,
                                     macro_block_size=1) as writer:  # fmt: skip
                 for frame in padded(stack):
                     writer.append_data(frame)
@@ -150,8 +156,11 @@ def write_video(frames: list[np.ndarray], path: Path, fmt: str, fps: int = FPS) 
             from PIL import Image
 
             images = [Image.fromarray(frame) for frame in stack]
-            images[0].save(path, format="GIF", save_all=True, append_images=images[1:],
+            images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
                            duration=round(1000 / fps), loop=0)  # fmt: skip
+        os.replace(tmp, path)
     except OSError as exc:
         raise OutputError(os_error_message(path, exc)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

@@ -147,6 +147,10 @@ def test_eval_mistakes_are_one_message_and_exit_2(maze_runs, tmp_path, capsys):
     in_the_way = tmp_path / "file"
     in_the_way.write_text("")
     assert "--video DIR" in refused(run_id, "--results", str(kept), "--video", str(in_the_way))
+    kept_file = kept / POLICIES / f"{run_id}.pt"
+    before = kept_file.read_bytes()
+    into_store = refused(run_id, "--results", str(kept), "--video", str(kept / POLICIES))
+    assert "Refusing to write --video" in into_store and kept_file.read_bytes() == before
     damaged = tmp_path / "damaged"
     shutil.copytree(kept, damaged)
     (damaged / POLICIES / f"{run_id}.pt").write_bytes(b"not a policy")
