@@ -284,6 +284,7 @@ class SweepExecution:
         self.labels: dict[int, tuple[str, str]] = {}  # run index -> (method, env) labels
         self.index_of = {spec.run_id: index for index, spec in enumerate(plan.runs)}
         self.provenance = versions(plugins)
+        self.task_provenance: dict[int, dict] = {}  # per task: what each run records
         self.device_name = describe_device(device)
 
     def describe(self, index: int) -> str:
@@ -315,7 +316,12 @@ class SweepExecution:
         for index in unit:
             spec = self.plan.runs[index]
             task = self.plan.task_of(spec)
-            provenance = {**self.provenance, **setup_provenance(task, self.plan.data_root)}
+            if id(task) not in self.task_provenance:  # thousands of runs share a few tasks
+                self.task_provenance[id(task)] = {
+                    **self.provenance,
+                    **setup_provenance(task, self.plan.data_root),
+                }
+            provenance = self.task_provenance[id(task)]
             if self.store.start(spec, *self.labels[index], self.device_name, provenance,
                                 self.retry_failed):  # fmt: skip
                 mine.append(index)
