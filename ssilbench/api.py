@@ -276,6 +276,12 @@ class Environment(ABC):
     (:class:`PaperProtocol`). ``ssilbench run`` takes them when the command gives no
     ``--budgets`` (or ``--seeds``), and says so; a family without one needs ``--budgets``
     (and runs seed 0 unless ``--seeds`` says otherwise)."""
+    per_seed_options: ClassVar[tuple[str, ...]] = ()
+    """Optional: fields of :attr:`Options` that follow the run's seed. Where a sweep gives
+    no value for one, each run takes its seed as the value (the grid's ``data_seed``: the
+    paper's code draws a dataset per seed) and records the name in its spec's ``seeded``; a
+    value given (``-o data_seed=0``) holds for every seed. Each must be an integer field
+    that accepts every seed a sweep allows (0 and up)."""
     downloads: ClassVar[str | None] = None
     """Optional: the download manifest of the family's published data, ``"package:file"``
     naming a TOML file shipped as package data (``"ssilbench_procgen:downloads.toml"``).

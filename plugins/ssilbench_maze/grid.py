@@ -52,7 +52,13 @@ class GridOptions(BaseModel):
     trajectories: int = Field(
         26, ge=1, description="Expert episodes in the dataset, 38 transitions each."
     )
-    data_seed: int = Field(0, ge=0, description="Seed of the expert's draws in the dataset.")
+    data_seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the expert's draws in the dataset. Not given: each run's seed, "
+        "so every seed has a dataset of its own, as the paper's code draws one per seed; "
+        "given (e.g. 0): one dataset for every seed.",
+    )
     action_selection: Literal["greedy", "sample"] = Field(
         "greedy",
         description="How evaluation rollouts pick actions: 'greedy' = argmax pi(a|s), as the "
@@ -124,7 +130,6 @@ class GridTask(Task):
                 "shortest_path": self.steps,
                 "p_right": options.p_right,
                 "trajectories": options.trajectories,
-                "data_seed": options.data_seed,
                 "expert_entropy_interior": binary_entropy(options.p_right),
             },
         )
@@ -166,7 +171,7 @@ class GridTask(Task):
             rewards=rewards.reshape(-1),
             episode_ends=frames * np.arange(1, count + 1, dtype=np.int64),
             producer={"plugin": "ssilbench_maze", **self.data_key},
-            metadata=dict(self.spec.metadata),
+            metadata={**self.spec.metadata, "data_seed": self.options.data_seed},
         )
 
     def frames(self, venv: MazeVectorEnv, obs: Any, info: dict[str, Any]) -> np.ndarray:
@@ -195,6 +200,9 @@ class GridEnvironment(Environment):
         "stochastic-expert study."
     )
     Options: ClassVar[type[BaseModel]] = GridOptions
+    # The paper's code draws each seed's dataset (learn_maze_stoch_expert.py seeds its
+    # expert with the run's seed); '-o data_seed=N' shares one among the seeds.
+    per_seed_options: ClassVar[tuple[str, ...]] = ("data_seed",)
     task_class = GridTask
     task_kind = "grid task"
 

@@ -225,7 +225,12 @@ _PROTOCOL = ("version", "protocol", "data", "plugins", "code")
 def _identity(record: RunRecord) -> dict[str, Any]:
     # The spec as recorded, not re-dumped: a run of an older spec version differs from a
     # newer one in the fields it lacks, and a refusal names them.
-    return {k: v for k, v in record.spec_doc.items() if k not in _POOLED}
+    identity = {k: v for k, v in record.spec_doc.items() if k not in _POOLED}
+    if record.spec.seeded:
+        # Options that follow the seed draw each seed's dataset: the cell pools over them.
+        identity["options"] = record.spec.shared_options()
+        identity.pop("data", None)
+    return identity
 
 
 def _cell_of(record: RunRecord) -> tuple[str, str, str]:

@@ -116,6 +116,11 @@ class SweepPlan:
         return spec.env + json.dumps(spec.options, sort_keys=True)
 
     @staticmethod
+    def task_key_of(task: TaskInfo) -> str:
+        """:meth:`task_key` of a resolved task."""
+        return task.env + json.dumps(task.options.model_dump(mode="json"), sort_keys=True)
+
+    @staticmethod
     def method_key(name: str, config: dict[str, Any]) -> str:
         return name + json.dumps(config, sort_keys=True)
 
@@ -327,11 +332,7 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
 
     for family, task_name in expand_envs(plugins, sweep.envs, sweep.options):
         environment = plugins.environments.create(family)
-        options = validate_model(
-            environment.Options, sweep.options, f"options of environment '{family}'"
-        )
-        info = TaskInfo(f"{family}:{task_name}", options, environment.load(task_name, options),
-                        environment=environment)  # fmt: skip
+        info = _task_info(environment, family, task_name, sweep.options)
         spec = info.spec
         has_vm = info.task.video_model() is not None
         budgets, seeds, steps = experiment(sweep, family, environment, spec.default_steps, plan)
@@ -345,29 +346,45 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
                 raise ConfigError(
                     f"{exc}. Fix the method's stage split or the step budget."
                 ) from None
-        options_json = options.model_dump(mode="json")
-        plan.tasks[info.env + json.dumps(options_json, sort_keys=True)] = info
+        seeded = [k for k in environment.per_seed_options if k not in sweep.options]
+        by_seed = {seed: _task_info(environment, family, task_name,
+                                    {**sweep.options, **dict.fromkeys(seeded, seed)})
+                   for seed in seeds} if seeded else dict.fromkeys(seeds, info)  # fmt: skip
+        for task in by_seed.values():
+            plan.tasks[SweepPlan.task_key_of(task)] = task
         for method_name in sweep.methods:
-            identity = identify(plugins, methods[method_name], info)
+            method = methods[method_name]
+            identities = {id(t): identify(plugins, method, t) for t in by_seed.values()}
             for budget in budgets:
                 for seed in seeds:
+                    task = by_seed[seed]
                     plan.runs.append(
                         run := RunSpec(
                             method=method_name,
                             config=methods[method_name].config.model_dump(mode="json"),
-                            env=info.env,
-                            options=options_json,
+                            env=task.env,
+                            options=task.options.model_dump(mode="json"),
                             budget=budget,
                             seed=seed,
                             steps=steps,
                             eval_every=sweep.eval_every or spec.eval_every,
                             stop_early=sweep.stop_early,
                             rollouts=sweep.rollouts,
-                            **identity,
+                            seeded=seeded,
+                            **identities[id(task)],
                         )
                     )
                     plan.stages[run.run_id] = stages[method_name]
     return plan
+
+
+def _task_info(
+    environment: Environment, family: str, task_name: str, options: dict[str, Any]
+) -> TaskInfo:
+    """The task ``family:task_name`` with ``options`` validated and applied."""
+    values = validate_model(environment.Options, options, f"options of environment '{family}'")
+    return TaskInfo(f"{family}:{task_name}", values, environment.load(task_name, values),
+                    environment=environment)  # fmt: skip
 
 
 def experiment(

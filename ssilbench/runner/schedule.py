@@ -4,6 +4,8 @@ runs share is trained by the first and found trained by the others."""
 
 from __future__ import annotations
 
+import json
+
 from ssilbench.api import Stage
 from ssilbench.planning.plan import SweepPlan
 from ssilbench.runner.worker import stage_scope
@@ -25,7 +27,10 @@ def groups(plan: SweepPlan, pending: list[int], by_budget: bool = False) -> list
         if not plan.method_of(spec).cls.batched:
             out.append([index])
             continue
-        key = (SweepPlan.method_key(spec.method, spec.config), SweepPlan.task_key(spec), spec.steps,
+        # Runs whose options differ only where they follow the seed share a setup: each
+        # trains on its own seed's dataset, stacked all the same.
+        task = spec.env + json.dumps(spec.shared_options(), sort_keys=True)
+        key = (SweepPlan.method_key(spec.method, spec.config), task, spec.steps,
                spec.eval_every, spec.stop_early, spec.budget if by_budget else None)  # fmt: skip
         unit = units.setdefault(key, [])
         if not unit:

@@ -77,7 +77,8 @@ def run_label(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
     task = plan.task_of(spec)
     return (
         display_label(spec.method, spec.config, method.cls.Config),
-        display_label(spec.env, spec.options, type(task.options)),
+        # Options that follow the seed are left out: a setup's runs share one label.
+        display_label(spec.env, spec.shared_options(), type(task.options)),
     )
 
 
@@ -96,9 +97,9 @@ def _execute(
             outcomes = [execute(specs[0], plan.method_of(specs[0]), plan.task_of(specs[0]),
                                 plugins, device, storage)]  # fmt: skip
         else:
-            outcomes = execute_many(
-                specs, plan.method_of(specs[0]), plan.task_of(specs[0]), plugins, device, storage
-            )
+            tasks = [plan.task_of(spec) for spec in specs]
+            method = plan.method_of(specs[0])
+            outcomes = execute_many(specs, method, tasks, plugins, device, storage)
     except Exception as exc:
         failure = RunFailure(traceback.format_exc(), f"{type(exc).__name__}: {exc}")
         wall = (time.perf_counter() - began) / len(specs)

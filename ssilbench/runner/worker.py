@@ -364,16 +364,19 @@ def execute(
 def execute_many(
     specs: list[RunSpec],
     method: MethodInfo,
-    task: TaskInfo,
+    task: TaskInfo | list[TaskInfo],
     plugins: Plugins,
     device: torch.device,
     storage: RunStorage | None = None,
     overlap_eval: bool | None = None,
 ) -> list[RunOutcome]:
     """Runs of one method and task that differ only in budget and seed, fitted together
-    through the method's ``fit_many`` (one stacked computation)."""
+    through the method's ``fit_many`` (one stacked computation). ``task``: the runs' task,
+    or each run's where options follow the seed (each seed's dataset, one setup)."""
+    tasks = task if isinstance(task, list) else [task] * len(specs)
     runs = [
-        set_up_run(spec, method, task, plugins, device, storage, overlap_eval) for spec in specs
+        set_up_run(spec, method, t, plugins, device, storage, overlap_eval)
+        for spec, t in zip(specs, tasks, strict=True)
     ]
     for run in runs:
         if run.ctx.plan.checkpoints is not None:

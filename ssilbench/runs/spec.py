@@ -74,6 +74,11 @@ class RunSpec(BaseModel):
     plugins: dict[str, str] = {}
     code: dict[str, str] = {}
     data: str | None = None
+    seeded: list[str] = []
+    """Environment options whose value is the run's seed (the family's
+    ``per_seed_options`` that the sweep did not fix): each seed draws a dataset of its own,
+    and a leaderboard cell pools such runs over seeds although their options and datasets
+    differ. Left out of the JSON when empty, so that other runs keep their ids."""
     version: int = SPEC_VERSION
 
     @field_validator("config", "options")
@@ -88,6 +93,8 @@ class RunSpec(BaseModel):
         doc = self.model_dump(mode="json", exclude=set(exclude))
         if self.version < 5 and not doc.get("code", True):
             del doc["code"]
+        if not doc.get("seeded", True):
+            del doc["seeded"]
         return doc
 
     def canonical_json(self) -> str:
@@ -119,8 +126,16 @@ class RunSpec(BaseModel):
     @property
     def cohort(self) -> str:
         """What the runs pooled into one leaderboard cell must share: everything but the
-        seed (and the budget, which is the cell's column)."""
-        return _digest(_canonical(self.document({"seed", "budget"})))
+        seed (and the budget, which is the cell's column), and where options follow the
+        seed (``seeded``), those options and the dataset."""
+        doc = self.document({"seed", "budget", *(["data"] if self.seeded else [])})
+        doc["options"] = self.shared_options()
+        return _digest(_canonical(doc))
+
+    def shared_options(self) -> dict[str, Any]:
+        """The options without those that follow the seed (``seeded``): what runs of one
+        setup share whatever their seed."""
+        return {k: v for k, v in self.options.items() if k not in self.seeded}
 
     @property
     def prepared(self) -> bool:
