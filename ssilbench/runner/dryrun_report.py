@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,10 +179,12 @@ class DryRun:
         absent = [t for t in self.plan.tasks.values() if t.dataset is None]
         if not absent:
             return []
-        built = sorted(t.env for t in absent if isinstance(t.unavailable, DatasetNotBuilt))
+        built = Counter(t.env for t in absent if isinstance(t.unavailable, DatasetNotBuilt))
         lines = []
         if built:
-            lines.append(f"Datasets a run builds first: {', '.join(built)}.")
+            # One task may need several datasets (other options, or a dataset per seed).
+            names = [env if n == 1 else f"{env} ({n} datasets)" for env, n in sorted(built.items())]
+            lines.append(f"Datasets a run builds first: {', '.join(names)}.")
         missing = [
             Problem("dataset", t.env, t.unavailable, t)
             for t in absent
