@@ -1,5 +1,6 @@
-"""Parity of UVA's inverse mode (the paper's one change to UVA), its action head's diffusion
-loss and its sampler with the UVA reference code.
+"""Parity of UVA's inverse mode (the paper's one change to UVA), its noise schedules, and its
+diffusion heads' losses and samplers (DDIM, and DDPM with a learned variance) with the UVA
+reference code.
 
 Runs only when ``SSILBENCH_UVA_REFERENCE`` names an extracted checkout of
 ``ShuangLI59/unified_video_action``, loaded as ``test_reference_parity.py`` says (the same
@@ -21,6 +22,16 @@ small models, the reference's weights copied into ssilbench's by the card's mapp
   steps (eta 0, ``clip_denoised``) over the reference's 100 of 1,000 timesteps (its
   ``ddim_sample_loop`` itself moves the timesteps to CUDA: its three-line loop is run here on
   the CPU); the earlier schedule (``noise_schedule=clamped``) is shown to move the samples.
+- **DDPM with a learned variance** (``diffusion=ddpm``, temperature 0.95: the paper profile's
+  heads, actions with x0 clipped to [-1, 1] and latents unclipped, as the reference's
+  ``DiffActLoss`` and ``DiffLoss``). At each of the 100 respaced steps the mean and the
+  log-variance interpolated between the posterior's and beta's are the reference's
+  ``p_mean_variance`` (what ``p_sample`` draws from); from the same noise, ssilbench's sampler
+  is its ``p_sample_loop`` (its timesteps kept on the CPU; each step's noise from a generator
+  seeded alike), and temperature 1 is shown to differ. With the same timesteps (t = 0, the
+  decoder's likelihood, and t = 999 among them) and noise, the noise term, the variational
+  bound, the total and the gradients of its mean are the reference's ``training_losses``
+  ``mse``, ``vb`` and ``loss``; the head's own loss is the mean of the reference's.
 """
 
 from __future__ import annotations
@@ -32,12 +43,14 @@ import numpy as np
 import pytest
 import torch
 
+from ssilbench_uva import ddpm
 from ssilbench_uva.modes import mode_masks
 from tests.plugins.uva import test_reference_parity as P
 from tests.plugins.uva.test_reference_parity import mar  # noqa: F401 (the fixture)
 
 TRAIN_STEPS, SAMPLE_STEPS = 1000, "100"  # the reference's act_diff_*_steps
 TEMPERATURE = 0.95  # the reference's sampling temperature (config/model/uva.yaml)
+ROWS = 64  # latent tokens the video head's comparisons denoise
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +60,11 @@ def diffusion(mar) -> types.ModuleType:  # noqa: F811
     return sys.modules.get(name) or __import__(name, fromlist=["create_diffusion"])
 
 
-def _inverse_outputs(mar):  # noqa: F811
+def _inverse_outputs(mar, **heads):  # noqa: F811
     """(reference, ssilbench's net, inputs, the reference's transformer outputs with the
-    paper's inverse mode, with its own inverse mode, ssilbench's outputs and features)."""
-    ref, ours = P._pair(mar, language=False)
+    paper's inverse mode, with its own inverse mode, ssilbench's outputs and features);
+    ``heads``: the diffusion heads' options."""
+    ref, ours = P._pair(mar, language=False, **heads)
     future, history, actions, _ = P._inputs()
     nothing = torch.zeros(P.BATCH, P.FRAMES, P.PATCHES)
 
@@ -163,3 +177,113 @@ def test_the_ddim_sampler_is_the_references(mar, diffusion):  # noqa: F811
     assert float(theirs.std()) > 0.05  # the samples vary: the comparison is not of constants
     torch.testing.assert_close(sampled, theirs, **P.TOL)
     assert clamped_gap > 100 * gap  # the schedule's ends matter: the check can fail
+
+
+# --- DDPM with a learned variance (the paper profile's heads) ---------------------------------
+def _ddpm_heads(mar) -> dict[str, tuple]:  # noqa: F811
+    """Per head, with ``diffusion=ddpm`` at the reference's temperature: (ssilbench's head,
+    the reference's MLP with the same weights, condition rows, targets, clip_denoised). The
+    action head clips its x0 estimates, the video head does not, on both sides."""
+    ref, ours, actions, _, _, z, features = _inverse_outputs(mar, diffusion="ddpm",
+                                                             temperature=TEMPERATURE)  # fmt: skip
+    future = P._inputs()[0]
+    return {
+        "actions": (ours.action_head, ref.diffactloss.net, features.flatten(0, 1),
+                    actions.flatten(0, 1), True),
+        "latents": (ours.diffloss, ref.diffloss.net, z.flatten(0, 1)[:ROWS],
+                    future.flatten(0, 2)[:ROWS], False),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["actions", "latents"])
+def test_each_ddpm_step_is_the_references_p_mean_variance(mar, diffusion, kind):  # noqa: F811
+    """Every one of the 100 respaced steps: the mean and learned log-variance that
+    ``p_sample`` draws from, from the same x_t (the model called at the original timestep)."""
+    head, net, cond, _, clip = _ddpm_heads(mar)[kind]
+    gen, steps = _reference_chain(diffusion, SAMPLE_STEPS), head.sample_schedule
+    g = torch.Generator().manual_seed(3)
+    worst, spread = {"mean": 0.0, "log_variance": 0.0}, 0.0
+    with torch.no_grad():
+        for i in range(len(steps)):
+            x = torch.randn(len(cond), head.target, generator=g) * 2
+            t = torch.full((len(cond),), i)
+            out = head.net(x, torch.full((len(cond),), int(steps.timesteps[i])), cond)
+            ours = dict(zip(worst, steps.step(out, x, t, head.clip), strict=True))
+            theirs = gen.p_mean_variance(net, x, t, clip_denoised=clip, model_kwargs={"c": cond})
+            for name in worst:
+                torch.testing.assert_close(ours[name], theirs[name], **P.TOL)
+                worst[name] = max(worst[name], float((ours[name] - theirs[name]).abs().max()))
+            spread = max(spread, float(theirs["log_variance"].std()))
+    print(f"\nDDPM steps ({kind}): largest differences over {len(steps)} steps {worst}; "
+          f"largest spread of a step's learned log-variance {spread:.3f}")  # fmt: skip
+    assert spread > 0.01  # the variance numbers vary: the interpolation is exercised
+
+
+@pytest.mark.parametrize("kind", ["actions", "latents"])
+def test_the_ddpm_sampler_is_the_references_p_sample_loop(mar, diffusion, monkeypatch,  # noqa: F811
+                                                          kind):  # fmt: skip
+    head, net, cond, _, clip = _ddpm_heads(mar)[kind]
+    assert (head.kind, head.temperature) == ("ddpm", TEMPERATURE)
+    assert len(head.sample_schedule) == int(SAMPLE_STEPS)
+    with torch.no_grad():
+        ours = head.sample(cond, generator=torch.Generator().manual_seed(9))
+    gen = _reference_chain(diffusion, SAMPLE_STEPS)
+    # p_sample_loop moves each step's timesteps to CUDA: here they stay on the CPU
+    monkeypatch.setattr(torch.Tensor, "cuda", lambda self, *args, **kwargs: self)
+
+    def reference(temperature: float) -> torch.Tensor:
+        # ssilbench's head draws the start and then each step's noise from one stream; the
+        # reference's p_sample draws each step's from the global generator, seeded alike
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(9)
+            noise = torch.randn(len(cond), head.target)
+            return gen.p_sample_loop(net.forward, noise.shape, noise, clip_denoised=clip,
+                                     model_kwargs={"c": cond}, temperature=temperature)  # fmt: skip
+
+    theirs, hot = reference(TEMPERATURE), reference(1.0)
+    gap = float((ours - theirs).abs().max())
+    print(f"\nDDPM sampler ({kind}), {SAMPLE_STEPS} steps at temperature {TEMPERATURE}: "
+          f"largest difference {gap:.2e}; at temperature 1 {float((ours - hot).abs().max()):.2e};"
+          f" spread of the samples {float(theirs.std()):.3f}")  # fmt: skip
+    assert float(theirs.std()) > 0.05  # the samples vary: the comparison is not of constants
+    torch.testing.assert_close(ours, theirs, **P.TOL)
+    assert not torch.allclose(ours, hot, **P.TOL)  # the temperature is what the test sees
+
+
+@pytest.mark.parametrize("kind", ["actions", "latents"])
+def test_the_ddpm_loss_is_the_references_mse_and_vb(mar, diffusion, kind):  # noqa: F811
+    """For the same timesteps (both ends among them: t = 0 is the decoder's likelihood) and
+    noise: the noise term, the variational bound, their sum and its gradients."""
+    head, net, cond, target, _ = _ddpm_heads(mar)[kind]
+    n, train = len(target), _reference_chain(diffusion, "")
+    g = torch.Generator().manual_seed(5)
+    ends = torch.tensor([0, 0, 1, TRAIN_STEPS - 2, TRAIN_STEPS - 1])
+    t = torch.cat([ends, torch.randint(0, TRAIN_STEPS, (n - len(ends),), generator=g)])
+    noise = torch.randn(target.shape, generator=g)
+    mse, vb = ddpm.loss_terms(head.net, head.train_schedule, target, cond, t, noise)
+    theirs = train.training_losses(net, target, t, {"c": cond}, noise)
+    ours = {"mse": mse, "vb": vb, "loss": mse + vb}
+    for name, value in ours.items():
+        torch.testing.assert_close(value, theirs[name], **P.TOL)
+    gaps = {name: f"{float((value - theirs[name]).detach().abs().max()):.2e}"
+            for name, value in ours.items()}  # fmt: skip
+    # the same gradients: on both sides the bound reaches the variance numbers only
+    ours["loss"].mean().backward()
+    theirs["loss"].mean().backward()
+    grads = dict(head.net.named_parameters())
+    grad_gap = 0.0
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(grads[name].grad, p.grad, rtol=1e-4, atol=1e-6)
+        grad_gap = max(grad_gap, float((grads[name].grad - p.grad).abs().max()))
+    # the head's loss, its timesteps and noise drawn from its generator: the reference's mean
+    with torch.no_grad():
+        loss = head.loss(target, cond, generator=torch.Generator().manual_seed(7))
+        g = torch.Generator().manual_seed(7)
+        t = torch.randint(0, TRAIN_STEPS, (n,), generator=g)
+        drawn = train.training_losses(net, target, t, {"c": cond},
+                                      torch.randn(target.shape, generator=g))  # fmt: skip
+    print(f"\nDDPM loss ({kind}): largest differences {gaps}, gradients {grad_gap:.2e}; "
+          f"means (mse, vb) {float(mse.detach().mean()):.6f}, {float(vb.detach().mean()):.6f}; "
+          f"head loss {float(loss):.7f}, the reference's "
+          f"{float(drawn['loss'].mean()):.7f}")  # fmt: skip
+    assert float(loss) == pytest.approx(float(drawn["loss"].mean()), rel=1e-5)
