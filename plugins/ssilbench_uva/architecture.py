@@ -110,7 +110,7 @@ def network(layout: Layout, o: UVAOptions) -> UVANet | FusedUVANet:
                 o.diffusion_steps, o.sample_steps, dropout=o.dropout,
                 condition_dim=o.condition_dim, condition_tokens=o.condition_tokens,
                 condition_drop=o.condition_drop, diffusion=o.diffusion,
-                temperature=o.temperature)  # fmt: skip
+                temperature=o.temperature, noise_schedule=o.noise_schedule)  # fmt: skip
 
 
 def _no_rows(rows: torch.Tensor | None) -> torch.Tensor | None:

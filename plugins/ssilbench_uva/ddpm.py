@@ -55,13 +55,13 @@ class Schedule:
     def __init__(self, betas: np.ndarray, timesteps: list[int]) -> None:
         self.timesteps = np.asarray(timesteps, dtype=np.int64)
         self.betas = betas
-        bars = np.cumprod(1.0 - betas)
+        self.bars = bars = np.cumprod(1.0 - betas)
         prev = np.append(1.0, bars[:-1])
         self.sqrt_bar = np.sqrt(bars)
         self.sqrt_one_minus_bar = np.sqrt(1.0 - bars)
         self.sqrt_recip_bar = np.sqrt(1.0 / bars)
         self.sqrt_recipm1_bar = np.sqrt(1.0 / bars - 1)
-        variance = betas * (1.0 - prev) / (1.0 - bars)
+        self.posterior_variance = variance = betas * (1.0 - prev) / (1.0 - bars)
         # The posterior variance is 0 at the first step: its log is taken from the second.
         self.log_variance = np.log(np.append(variance[1], variance[1:]))
         self.log_beta = np.log(betas)
@@ -72,8 +72,11 @@ class Schedule:
         return len(self.betas)
 
     @classmethod
-    def cosine(cls, steps: int) -> Schedule:
-        return cls(cosine_betas(steps), list(range(steps)))
+    def cosine(cls, steps: int, count: int | None = None) -> Schedule:
+        """The cosine schedule of ``steps`` levels respaced to ``count`` (all by default),
+        as the reference builds both of its chains: respacing to every step too, which
+        recomputes the betas from the cumulative alphas (a change in their last bits)."""
+        return cls(cosine_betas(steps), list(range(steps))).respace(count or steps)
 
     def respace(self, count: int) -> Schedule:
         kept = respaced(len(self), count)
@@ -126,6 +129,15 @@ def discretised_log_likelihood(x: torch.Tensor, mean: torch.Tensor,
 def training_loss(net: Denoiser, train: Schedule, x0: torch.Tensor, cond: torch.Tensor,
                   t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:  # fmt: skip
     """Per row: noise MSE + the variational bound in bits (through the variance only)."""
+    mse, bound = loss_terms(net, train, x0, cond, t, noise)
+    return mse + bound
+
+
+def loss_terms(net: Denoiser, train: Schedule, x0: torch.Tensor, cond: torch.Tensor,
+               t: torch.Tensor, noise: torch.Tensor,
+               ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Per row: the noise MSE and the variational bound in bits, apart (the reference's
+    ``mse`` and ``vb``)."""
     x_t = train.at("sqrt_bar", t) * x0 + train.at("sqrt_one_minus_bar", t) * noise
     out = net(x_t, torch.from_numpy(train.timesteps).to(t.device)[t], cond)
     eps, v = out.chunk(2, dim=-1)
@@ -134,7 +146,7 @@ def training_loss(net: Denoiser, train: Schedule, x0: torch.Tensor, cond: torch.
     kl = normal_kl(true_mean, train.at("log_variance", t), mean, log_variance)
     nll = -discretised_log_likelihood(x0, mean, 0.5 * log_variance)
     bound = torch.where(t == 0, nll.mean(-1), kl.mean(-1)) / math.log(2.0)
-    return (noise - eps).pow(2).mean(-1) + bound
+    return (noise - eps).pow(2).mean(-1), bound
 
 
 @torch.no_grad()

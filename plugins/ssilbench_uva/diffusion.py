@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -20,12 +21,16 @@ from torch import nn
 from ssilbench_uva import ddpm
 
 
-def cosine_alpha_bars(steps: int) -> torch.Tensor:
-    """cumprod(alpha) of the cosine schedule at t = 1..steps."""
-    t = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
-    f = torch.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
-    bars = (f / f[0])[1:]
-    return bars.clamp(1e-5, 0.9999).float()
+def cosine_alpha_bars(steps: int, schedule: str = "reference") -> torch.Tensor:
+    """cumprod(alpha) of the cosine schedule at t = 0..steps - 1, as float32. ``reference``:
+    the reference's, the cumulative product of its betas (clipped at 0.999) in float64;
+    ``clamped``: ssilbench's earlier, f(t) / f(0) at t = 1/steps .. 1 clamped to
+    [1e-5, 0.9999] (it differs at t = 0 and, for 1,000 steps, t >= 997)."""
+    if schedule == "clamped":
+        t = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
+        f = torch.cos((t + 0.008) / 1.008 * math.pi / 2) ** 2
+        return (f / f[0])[1:].clamp(1e-5, 0.9999).float()
+    return torch.from_numpy(np.cumprod(1.0 - ddpm.cosine_betas(steps))).float()
 
 
 def timestep_embedding(t: torch.Tensor, dim: int = 256) -> torch.Tensor:
@@ -117,10 +122,16 @@ class DiffusionHead(nn.Module):
     def __init__(self, target: int, cond: int, width: int, depth: int,
                  train_steps: int = 100, sample_steps: int = 10,
                  clip: float | None = None, reference_init: bool = False,
-                 kind: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
+                 kind: str = "ddim", temperature: float = 1.0,
+                 noise_schedule: str = "reference") -> None:  # fmt: skip
         super().__init__()
         if kind not in ("ddpm", "ddim"):
             raise ValueError(f"unknown diffusion {kind!r}: ddpm or ddim")
+        if noise_schedule not in ("reference", "clamped") or (
+            kind == "ddpm" and noise_schedule != "reference"
+        ):
+            raise ValueError(f"noise schedule {noise_schedule!r} with diffusion {kind!r}: "
+                             "reference, or clamped with ddim")  # fmt: skip
         self.kind = kind
         # ddpm also predicts the variance: twice the outputs (MAR-B's head has them all).
         out = 2 * target if kind == "ddpm" else target
@@ -131,10 +142,11 @@ class DiffusionHead(nn.Module):
         self.clip = clip
         self.temperature = temperature
         self.sample_steps = min(sample_steps, train_steps)
-        self.register_buffer("alpha_bars", cosine_alpha_bars(train_steps), persistent=False)
+        self.register_buffer("alpha_bars", cosine_alpha_bars(train_steps, noise_schedule),
+                             persistent=False)  # fmt: skip
         if kind == "ddpm":
             self.train_schedule = ddpm.Schedule.cosine(train_steps)
-            self.sample_schedule = self.train_schedule.respace(self.sample_steps)
+            self.sample_schedule = ddpm.Schedule.cosine(train_steps, self.sample_steps)
 
     def loss(self, x0: torch.Tensor, cond: torch.Tensor, weight: torch.Tensor | None = None,
              generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip

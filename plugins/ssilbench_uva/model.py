@@ -165,22 +165,25 @@ class ActionPooling(nn.Module):
 
 def _action_head(kind: str, layout: Layout, width: int, head_width: int, head_depth: int,
                  train_steps: int, sample_steps: int, reference_init: bool,
-                 diffusion: str = "ddim", temperature: float = 1.0) -> nn.Module:  # fmt: skip
+                 diffusion: str = "ddim", temperature: float = 1.0,
+                 noise_schedule: str = "reference") -> nn.Module:  # fmt: skip
     if kind == "linear":
         return LinearActionHead(layout.action_dim, width)
     return DiffusionHead(layout.action_dim, width, head_width, head_depth, train_steps,
                          sample_steps, clip=1.0, reference_init=reference_init,
-                         kind=diffusion, temperature=temperature)  # fmt: skip
+                         kind=diffusion, temperature=temperature,
+                         noise_schedule=noise_schedule)  # fmt: skip
 
 
 def _video_head(layout: Layout, width: int, head_width: int, head_depth: int,
                 train_steps: int, sample_steps: int, reference_init: bool,
-                diffusion: str, temperature: float) -> DiffusionHead:  # fmt: skip
+                diffusion: str, temperature: float,
+                noise_schedule: str = "reference") -> DiffusionHead:  # fmt: skip
     # The reference samples latents unclipped (clip_denoised=False); DDIM clips them.
     return DiffusionHead(layout.latent, width, head_width, head_depth, train_steps,
                          sample_steps, clip=None if diffusion == "ddpm" else LATENT_CLIP,
                          reference_init=reference_init, kind=diffusion,
-                         temperature=temperature)  # fmt: skip
+                         temperature=temperature, noise_schedule=noise_schedule)  # fmt: skip
 
 
 class _Condition(nn.Module):
@@ -218,7 +221,8 @@ class UVANet(nn.Module):
                  head_depth: int, action_head: str, train_steps: int, sample_steps: int, *,
                  dropout: float = 0.0, condition_dim: int | None = None,
                  condition_tokens: int = 64, condition_drop: float = 0.1,
-                 diffusion: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
+                 diffusion: str = "ddim", temperature: float = 1.0,
+                 noise_schedule: str = "reference") -> None:  # fmt: skip
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not a multiple of heads {heads}")
@@ -238,10 +242,11 @@ class UVANet(nn.Module):
         self.norm = nn.LayerNorm(width, eps=1e-6)
         # Latent tokens are normalised to unit variance per channel; actions to [-1, 1].
         self.diffloss = _video_head(layout, width, head_width, head_depth, train_steps,
-                                    sample_steps, False, diffusion, temperature)  # fmt: skip
+                                    sample_steps, False, diffusion, temperature,
+                                    noise_schedule)  # fmt: skip
         self.action_head = _action_head(action_head, layout, width, head_width, head_depth,
                                         train_steps, sample_steps, False, diffusion,
-                                        temperature)  # fmt: skip
+                                        temperature, noise_schedule)  # fmt: skip
         # Built after the modules above, so that their initialisation is what it was.
         self.action_pool = (
             ActionPooling(width, layout.future, layout.chunk, layout.frame_grid)
@@ -311,7 +316,8 @@ class FusedUVANet(nn.Module):
                  head_depth: int, action_head: str, train_steps: int, sample_steps: int, *,
                  dropout: float = 0.1, condition_dim: int | None = None,
                  condition_tokens: int = 64, condition_drop: float = 0.1,
-                 diffusion: str = "ddim", temperature: float = 1.0) -> None:  # fmt: skip
+                 diffusion: str = "ddim", temperature: float = 1.0,
+                 noise_schedule: str = "reference") -> None:  # fmt: skip
         super().__init__()
         if width % heads:
             raise ValueError(f"width {width} is not a multiple of heads {heads}")
@@ -354,11 +360,12 @@ class FusedUVANet(nn.Module):
         self._initialise()
         # The heads keep their own initialisation, as in the reference (built after it).
         self.diffloss = _video_head(layout, width, head_width, head_depth, train_steps,
-                                    sample_steps, True, diffusion, temperature)  # fmt: skip
+                                    sample_steps, True, diffusion, temperature,
+                                    noise_schedule)  # fmt: skip
         self.action_pool = ActionPooling(width, frames, layout.chunk, layout.frame_grid)
         self.action_head = _action_head(action_head, layout, width, head_width, head_depth,
                                         train_steps, sample_steps, True, diffusion,
-                                        temperature)  # fmt: skip
+                                        temperature, noise_schedule)  # fmt: skip
         # Which action each of the frames x patches tokens carries: the chunk spread evenly
         # over the sequence (the reference repeats each of 16 actions over 64 tokens).
         n = frames * per_frame

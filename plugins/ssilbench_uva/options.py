@@ -103,6 +103,12 @@ class UVAOptions(BaseModel):
     temperature: float = Field(
         0.95, gt=0, description="diffusion=ddpm: scale of the sampling noise (reference 0.95)."
     )
+    noise_schedule: Literal["reference", "clamped"] = Field(
+        "reference",
+        description="The diffusion heads' cosine schedule. reference: its betas clipped at "
+        "0.999 (the reference's); clamped: ssilbench's earlier DDIM schedule, the cumulative "
+        "alphas clamped to [1e-5, 0.9999] (diffusion=ddim only).",
+    )
     # optional conditioning input (e.g. a language embedding per window)
     condition_dim: int | None = Field(
         None, ge=1, description="Width of a conditioning vector per window; None = none."
@@ -232,6 +238,11 @@ class UVAOptions(BaseModel):
                 "action_head=per_token reads action tokens, which only token_layout=sequence "
                 "has; use action_head=reference or linear, or token_layout=sequence."
             )
+        if self.noise_schedule == "clamped" and self.diffusion != "ddim":
+            raise ValueError(
+                "noise_schedule=clamped is ssilbench's earlier DDIM schedule and needs "
+                "diffusion=ddim (profile small); leave noise_schedule out with diffusion=ddpm."
+            )
         return self
 
 
@@ -249,6 +260,7 @@ LEGACY: dict[str, object] = {
     "checkpoint_layout": "by_name",
     "inputs": "all",
     "actions": "native",
+    "noise_schedule": "clamped",
 }
 """ssilbench's UVA before the reference defaults: ``arch_options`` giving these reproduce it."""
 

@@ -186,7 +186,9 @@ def ssilbench_name(name: str) -> str:
     return name
 
 
-def _pair(mar, language: bool):
+def _pair(mar, language: bool, **heads):
+    """The reference and ssilbench's network with its weights; ``heads``: the diffusion
+    heads' options (``diffusion``, ``temperature``)."""
     torch.manual_seed(0)
     ref = _reference(mar, language).eval()
     with torch.no_grad():  # zero initialisations would make the comparison empty
@@ -194,7 +196,7 @@ def _pair(mar, language: bool):
             p.add_(torch.randn_like(p) * 0.05)
     ours = FusedUVANet(LAYOUT, WIDTH, 2 * DEPTH, HEADS, DIFF_W, DIFF_D, "reference", 1000,
                        100, dropout=0.1, condition_dim=512 if language else None,
-                       condition_tokens=64).eval()  # fmt: skip
+                       condition_tokens=64, **heads).eval()  # fmt: skip
     own = ours.state_dict()
     copied = {}
     for name, tensor in ref.state_dict().items():

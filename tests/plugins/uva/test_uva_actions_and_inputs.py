@@ -330,6 +330,8 @@ def test_image_size_resizes_what_the_autoencoder_sees(tmp_path):
     [
         ("pusht", {"actions": "rotation_6d"}, "pusht:pusht declares no axis-angle"),
         ("pusht", {"profile": "large"}, "'profile': Input should be 'paper' or 'small'"),
+        ("pusht", {"noise_schedule": "clamped"},
+         "noise_schedule=clamped is ssilbench's earlier DDIM schedule and needs diffusion=ddim"),
         ("libero10:bowl-drawer", {"history_stride": 5},
          "reads frames t-15 .. t, 16 frames, but libero10:bowl-drawer's observations stack 13"),
     ],

@@ -133,6 +133,25 @@ def test_a_ddpm_head_predicts_noise_and_variance_and_samples():
     assert DiffusionHead(3, 8, 16, 1).net.final_layer.linear.out_features == 3  # ddim
 
 
+def test_both_heads_use_the_references_cosine_schedule_and_clamped_is_the_earlier_one():
+    """The reference builds betas from the cosine alpha-bar and clips them at 0.999; the
+    earlier schedule (``noise_schedule=clamped``, DDIM only) clamped the cumulative alphas."""
+    betas = ddpm.cosine_betas(1000)
+    assert betas[-1] == 0.999 and (betas[:-1] < 0.999).all()  # only the last step is clipped
+    bars = np.cumprod(1 - betas)
+    ddim = DiffusionHead(3, 8, 16, 1, train_steps=1000).alpha_bars
+    # the DDIM head's cumulative alphas are the DDPM chain's, at every step
+    assert torch.equal(ddim, torch.from_numpy(ddpm.Schedule.cosine(1000).bars).float())
+    assert float(ddim[0]) == pytest.approx(1 - betas[0], rel=1e-7) and ddim[0] > 0.9999
+    assert float(ddim[-1]) == pytest.approx(bars[-2] * 0.001, rel=1e-6) and ddim[-1] < 3e-9
+    clamped = DiffusionHead(3, 8, 16, 1, train_steps=1000, noise_schedule="clamped").alpha_bars
+    assert float(clamped[0]) == pytest.approx(0.9999, rel=1e-7)
+    assert float(clamped[-1]) == pytest.approx(1e-5, rel=1e-6)
+    assert torch.allclose(clamped[1:997], ddim[1:997], rtol=2e-5, atol=0)  # apart at the ends
+    with pytest.raises(ValueError, match="reference, or clamped with ddim"):
+        DiffusionHead(3, 8, 16, 1, kind="ddpm", noise_schedule="clamped")
+
+
 # --- the reference's augmentation ------------------------------------------------------------
 def _windows(n: int = 3, frames: int = 2, size: int = 8) -> torch.Tensor:
     one = torch.rand(n, 1, 3, size, size, generator=torch.Generator().manual_seed(0))
