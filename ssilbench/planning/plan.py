@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from ssilbench.api import ARCHITECTURE, Environment, EnvSpec, Method, OptionsOf, Stage, Task
 from ssilbench.data.datasets import DatasetNotBuilt, TransitionStore, read_only, task_dataset
-from ssilbench.data.split import available_items, parse_budget, resolve_budget
+from ssilbench.data.split import available_items, resolve_budget
 from ssilbench.errors import (
     ConfigError,
     DatasetError,
@@ -33,6 +33,7 @@ from ssilbench.errors import (
     unknown,
 )
 from ssilbench.planning.problems import Problem, describe_problems
+from ssilbench.planning.protocol import experiment
 from ssilbench.planning.values import validate_model
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
@@ -335,7 +336,8 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
         info = _task_info(environment, family, task_name, sweep.options)
         spec = info.spec
         has_vm = info.task.video_model() is not None
-        budgets, seeds, steps = experiment(sweep, family, environment, spec.default_steps, plan)
+        default = spec.default_steps
+        budgets, seeds, steps = experiment(sweep, family, environment, default, plan.notes)
         stages = {}
         for m in methods.values():
             _check_architectures(m, spec, plugins)
@@ -385,39 +387,6 @@ def _task_info(
     values = validate_model(environment.Options, options, f"options of environment '{family}'")
     return TaskInfo(f"{family}:{task_name}", values, environment.load(task_name, values),
                     environment=environment)  # fmt: skip
-
-
-def experiment(
-    sweep: Sweep, family: str, environment: Environment, default_steps: int, plan: SweepPlan
-) -> tuple[list[str], list[int], int]:
-    """The label budgets, seeds and steps of the sweep's runs on a task of ``family``: what
-    the sweep gives, else the family's paper protocol (noted once in ``plan.notes``); a
-    family without one needs budgets, and runs seed 0."""
-    protocol = environment.paper_protocol
-    if sweep.budgets is None and protocol is None:
-        raise UsageError(
-            f"Missing --budgets: the environment family '{family}' declares no paper protocol "
-            "to take them from. Give them, e.g. --budgets 16,64,all (and --seeds), or run a "
-            "sweep file with --sweep FILE (the paper's are in benchmarks/paper/)."
-        )
-    budgets = sweep.budgets if sweep.budgets is not None else [
-        parse_budget(b) for b in protocol.budgets]  # fmt: skip
-    seeds = sweep.seeds if sweep.seeds is not None else (
-        list(protocol.seeds) if protocol is not None else [0])  # fmt: skip
-    own_steps = sweep.steps is not None or sweep.steps_scale is not None
-    steps = sweep.total_steps(default_steps)
-    if not own_steps and protocol is not None and protocol.steps is not None:
-        steps = protocol.steps
-    taken = [what for what, given in (("budgets", sweep.budgets), ("seeds", sweep.seeds))
-             if given is None]  # fmt: skip
-    if protocol is not None and taken:
-        flags = " or ".join(f"--{what}" for what in taken)
-        note = (f"{family}: the paper's protocol ({protocol.figure}), as no {flags} was "
-                f"given: budgets {','.join(budgets)}; seeds {','.join(map(str, seeds))}; "
-                f"{steps:,} steps per run")  # fmt: skip
-        if note not in plan.notes:
-            plan.notes.append(note)
-    return budgets, seeds, steps
 
 
 def prepare(plan: SweepPlan, data_root: Path, datasets: str = "prepare") -> SweepPlan:

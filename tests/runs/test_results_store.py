@@ -73,7 +73,7 @@ def test_start_finish_rows_round_trip(store):
     assert store.status(run.run_id) == "done"
     (record,) = store.rows()
     assert record.run_id == run.run_id
-    assert record.spec == run and record.spec_doc == run.model_dump(mode="json")
+    assert record.spec == run and record.spec_doc == run.document()
     assert record.method == "bc" and record.method_label == "bc"
     assert record.env == "maze:10x10" and record.env_label == "maze:10x10"
     assert record.budget == "16" and record.seed == 0
