@@ -69,7 +69,7 @@ def _command(report: Path) -> list[str]:
 def test_every_report_reads_only_shipped_exports():
     reports = _reports()
     assert {r.name for r in reports} == {"mazes.md", "mazes-fast.md"}
-    assert len(STUDIES) == 5 and all(study.is_file() for study in STUDIES)
+    assert len(STUDIES) == 6 and all(study.is_file() for study in STUDIES)
     for report in reports:
         args = _command(report)
         sources = [args[i + 1] for i, a in enumerate(args) if a == "--from"]
@@ -136,4 +136,6 @@ def test_the_readme_quotes_the_paper_reports_headline():
     assert (f"(paper protocol: {paper['held']} held, {paper['not held']} not held, "
             f"{paper['not established']} not established)") in readme  # fmt: skip
     assert f"({variant['held']} held, {variant['not held']} not held)" in readme
-    assert lines[4].startswith("Claims judged on ssilbench's own variants (image-colours)")
+    assert lines[4].startswith(
+        "Claims judged on ssilbench's own variants (image-colours, stochastic-expert-one-dataset)"
+    )
