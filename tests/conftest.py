@@ -86,3 +86,15 @@ class CLI:
 @pytest.fixture
 def cli(tmp_path: Path) -> CLI:
     return CLI(tmp_path)
+
+
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for the test (small models are 5-10x slower on several under
+    load), restored after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -17,16 +17,10 @@ from ssilbench.runs.spec import Sweep
 from ssilbench.runs.store import ResultsStore
 from ssilbench.testing import cli_exit_code
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 CPU = torch.device("cpu")
 CONFIG = {"arch": "mlp5", "standardise": "all"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def grid_sweep(seeds: list[int], options: dict | None = None, steps: int = 60) -> Sweep:

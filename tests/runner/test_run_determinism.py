@@ -17,6 +17,8 @@ from ssilbench.runs.spec import Sweep
 from ssilbench.runs.store import ResultsStore
 from ssilbench.train.checkpoint import RunCheckpoints
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 CPU = torch.device("cpu")
 OPTIONS = {"state": "position", "data": "states"}
 TARGET = ("0.2", 1)  # the run every case compares: budget, seed
@@ -32,14 +34,6 @@ METHODS = {
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def sweep(method: str, budgets: list[str], seeds: list[int], steps: int = 200, **kw) -> Sweep:

@@ -35,17 +35,11 @@ from ssilbench.runner.telemetry import RunView, SweepObserver
 from ssilbench.runs.spec import RunSpec, Sweep
 from ssilbench.runs.store import ResultsStore
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
 CPU = torch.device("cpu")
 MAZE = {"envs": ["maze:10x10"], "options": {"state": "position", "data": "states"},
         "config": {"arch": "mlp5"}, "eval_every": 100, "rollouts": False}  # fmt: skip
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
