@@ -281,7 +281,8 @@ class Environment(ABC):
     no value for one, each run takes its seed as the value (the grid's ``data_seed``: the
     paper's code draws a dataset per seed) and records the name in its spec's ``seeded``; a
     value given (``-o data_seed=0``) holds for every seed. Each must be an integer field
-    that accepts every seed a sweep allows (0 and up)."""
+    that accepts every seed a sweep allows (0 and up); :meth:`seeded_options` says which
+    of them apply to given options."""
     downloads: ClassVar[str | None] = None
     """Optional: the download manifest of the family's published data, ``"package:file"``
     naming a TOML file shipped as package data (``"ssilbench_procgen:downloads.toml"``).
@@ -303,6 +304,14 @@ class Environment(ABC):
         if self.task_class is None:
             raise NotImplementedError(f"{type(self).__name__} sets no task_class: override load")
         return self.task_class(task, self.options_of(options))
+
+    @classmethod
+    def seeded_options(cls, options: BaseModel) -> tuple[str, ...]:
+        """Optional: those of :attr:`per_seed_options` that follow the seed for these
+        (validated) options; by default all of them. Override where a field changes the
+        data only under some options (the maze's ``noop_seed``, only with no-ops), so that
+        runs it would not change keep their ids."""
+        return cls.per_seed_options
 
     @classmethod
     def options_of(cls, options: BaseModel | None) -> BaseModel:

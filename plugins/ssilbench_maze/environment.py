@@ -41,12 +41,15 @@ from ssilbench_maze.options import (
     GENERATOR,
     MazeOptions,
     data_key,
+    noop_seed,
     other_palette,
     short_hash,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from pydantic import BaseModel
 
     from ssilbench_maze.video_model import MazeVideoModel
 
@@ -261,7 +264,7 @@ class MazeTask(Task):
         """The (cells, goal) episodes of the dataset."""
         options = self.options
         noop = options.noop
-        noop_rng = np.random.Generator(np.random.PCG64([options.maze_seed, _NOOP_STREAM]))
+        noop_rng = np.random.Generator(np.random.PCG64([noop_seed(options), _NOOP_STREAM]))
         episodes: list[tuple[np.ndarray, int]] = []
         if options.data == "states":
             covers = [(goal, cover_paths(self.expert(goal))) for goal in self._goals().tolist()]
@@ -393,6 +396,13 @@ class MazeEnvironment(Environment):
     Options: ClassVar[type[MazeOptions]] = MazeOptions
     task_class = MazeTask
     task_kind = "maze task"
+    # The paper's code draws each seed's no-ops (np.random.seed(seed), then the data).
+    per_seed_options: ClassVar[tuple[str, ...]] = ("noop_seed",)
+
+    @classmethod
+    def seeded_options(cls, options: BaseModel) -> tuple[str, ...]:
+        # Without no-ops the draw changes nothing: those runs keep their ids.
+        return cls.per_seed_options if getattr(options, "noop", 0.0) > 0.0 else ()
 
     def tasks(self) -> list[str]:
         return list(TASK_SIZES)

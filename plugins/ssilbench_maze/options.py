@@ -82,9 +82,17 @@ class MazeOptions(BaseModel):
         "data='rollouts'.",
     )
 
-    # palette and layout came after runs were recorded: at their defaults, earlier runs keep
-    # their ids.
-    _serialise = omitted_at_default("palette", "layout")
+    noop_seed: Literal["maze"] | Annotated[int, Field(ge=0, strict=True)] = Field(
+        "maze",
+        description="Seed of the dataset's no-op draws (with noop > 0): a sweep that does "
+        "not set it gives each run its own seed, as the paper's code draws each seed's "
+        "no-ops; 'maze' = from maze_seed's stream, one draw for every seed (the setting "
+        "before 0.3.0); a whole number: that seed for every run.",
+    )
+
+    # palette, layout and noop_seed came after runs were recorded: at their defaults,
+    # earlier runs keep their ids.
+    _serialise = omitted_at_default("palette", "layout", "noop_seed")
 
     @model_validator(mode="after")
     def _copies_need_states(self) -> MazeOptions:
@@ -100,7 +108,8 @@ class MazeOptions(BaseModel):
 def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     """The options that change the dataset, plus the generator version.
 
-    ``noop``, ``goals``, ``copies``, ``palette`` (for images) and ``layout`` appear only when
+    ``noop`` (and its ``noop_seed``), ``goals``, ``copies``, ``palette`` (for images) and
+    ``layout`` appear only when
     they differ from their defaults, so the datasets of the deterministic fixed-goal mazes keep
     their keys (and a whole number of goals is the only key to hold an int under ``goals``).
     """
@@ -115,6 +124,8 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
         key["episodes"] = options.episodes
     if options.noop > 0.0:
         key["noop"] = options.noop
+        if options.noop_seed != "maze":
+            key["noop_seed"] = options.noop_seed
     if options.goals != "fixed":
         key["goals"] = options.goals
     if options.copies != 1:
@@ -124,6 +135,11 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     if options.layout != "suite":
         key["layout"] = options.layout
     return key
+
+
+def noop_seed(options: MazeOptions) -> int:
+    """The seed of the dataset's no-op stream: ``noop_seed``, or ``maze_seed`` under 'maze'."""
+    return options.maze_seed if options.noop_seed == "maze" else options.noop_seed
 
 
 def other_palette(options: MazeOptions) -> str | None:

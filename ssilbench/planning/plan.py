@@ -348,7 +348,8 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
                 raise ConfigError(
                     f"{exc}. Fix the method's stage split or the step budget."
                 ) from None
-        seeded = [k for k in environment.per_seed_options if k not in sweep.options]
+        seeded = [k for k in environment.seeded_options(info.options)
+                  if k not in sweep.options]  # fmt: skip
         by_seed = {seed: _task_info(environment, family, task_name,
                                     {**sweep.options, **dict.fromkeys(seeded, seed)})
                    for seed in seeds} if seeded else dict.fromkeys(seeds, info)  # fmt: skip

@@ -88,3 +88,33 @@ def test_a_dry_run_counts_the_datasets_a_task_builds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "Datasets a run builds first: grid:20x20 (3 datasets)." in out
+
+
+def maze_sweep(options: dict) -> Sweep:
+    return Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["0.5"], seeds=[0, 1], steps=60,
+                 eval_every=60, config={"arch": "lc"},
+                 options={"state": "position", "data": "states", **options})  # fmt: skip
+
+
+def test_an_option_follows_the_seed_only_where_the_family_says_it_matters(plugins):
+    # The maze's no-op draws follow the seed with no-ops only (the paper's code draws each
+    # seed's no-ops); a maze without them plans exactly as before: no 'seeded', no option.
+    noisy = resolve(plugins, maze_sweep({"noop": 0.5}))
+    assert [s.options["noop_seed"] for s in noisy] == [0, 1]
+    assert all(s.seeded == ["noop_seed"] for s in noisy)
+    for options in ({}, {"noop": 0.5, "noop_seed": "maze"}):
+        plain = resolve(plugins, maze_sweep(options))
+        assert all(s.seeded == [] and "noop_seed" not in s.options for s in plain)
+    fixed = resolve(plugins, maze_sweep({"noop": 0.5, "noop_seed": 3}))
+    assert [s.options["noop_seed"] for s in fixed] == [3, 3] and fixed[0].seeded == []
+
+
+def test_a_bad_noop_seed_exits_2_naming_the_option(tmp_path, capsys):
+    code = cli_exit_code("run", "--method", "bc", "--env", "maze:10x10", "--budgets", "4",
+                         "-o", "noop=0.5", "-o", "noop_seed=-1", "--no-rollouts", "--dry-run",
+                         "--results", str(tmp_path / "r"),
+                         "--data-root", str(tmp_path / "d"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "noop_seed" in err
+    assert not (tmp_path / "r").exists()

@@ -126,6 +126,27 @@ def test_noop_states_dataset_has_each_state_once_with_stochastic_next(tmp_path):
     assert "noop" not in deterministic.data_key and task.data_key["noop"] == 0.5
 
 
+def test_noop_seed_draws_other_noops_from_the_same_states(tmp_path):
+    def transitions(**options):
+        store = load("10x10", noop=0.5, data="states", copies=4, **options).dataset(tmp_path)
+        idx = store.transition_indices()
+        return store.obs[idx], store.actions[idx], store.obs[idx + 1]
+
+    before = transitions()  # noop_seed="maze": maze_seed's stream, as before the option
+    same = transitions(noop_seed=0)  # maze_seed is 0: the same stream
+    other = transitions(noop_seed=1)
+    for a, b in zip(before, same, strict=True):
+        assert np.array_equal(a, b)
+    # Another draw: other next states (and so other episode cuts), the same (s, a) pairs.
+    assert not np.array_equal(np.sort(before[2], axis=0), np.sort(other[2], axis=0))
+    assert np.array_equal(np.unique(np.column_stack(before[:2]), axis=0),
+                          np.unique(np.column_stack(other[:2]), axis=0))  # fmt: skip
+    key = load("10x10", noop=0.5, noop_seed=1).data_key
+    assert key["noop_seed"] == 1
+    assert "noop_seed" not in load("10x10", noop=0.5).data_key
+    assert "noop_seed" not in load("10x10", noop_seed=1).data_key  # no no-ops: no draw
+
+
 def test_noop_rollouts_follow_the_stochastic_dynamics(tmp_path):
     task = load(noop=0.5, episodes=40)
     store = task.dataset(tmp_path)
