@@ -50,6 +50,10 @@ FAST_DIFFERS: dict[tuple[str, str], str] = {
         "The low-capacity BC policy never reaches perfect test accuracy "
         "(images in ssilbench's colours)",
     ): "two seeds: BC (1L CNN) at split 0.4 scores 0.673 and 0.490 (p = 0.069)",
+    (
+        "stochastic-environment-one-draw",
+        "A linear IDM yields a strong VM*-IDM policy as long as p(no-op) < 1 (beats LC BC)",
+    ): "as in stochastic-environment: 2,000 steps leave the linear IDM at 0.408 (split 0.125)",
 }
 
 
@@ -69,7 +73,7 @@ def _command(report: Path) -> list[str]:
 def test_every_report_reads_only_shipped_exports():
     reports = _reports()
     assert {r.name for r in reports} == {"mazes.md", "mazes-fast.md"}
-    assert len(STUDIES) == 6 and all(study.is_file() for study in STUDIES)
+    assert len(STUDIES) == 7 and all(study.is_file() for study in STUDIES)
     for report in reports:
         args = _command(report)
         sources = [args[i + 1] for i, a in enumerate(args) if a == "--from"]
@@ -137,5 +141,6 @@ def test_the_readme_quotes_the_paper_reports_headline():
             f"{paper['not established']} not established)") in readme  # fmt: skip
     assert f"({variant['held']} held, {variant['not held']} not held)" in readme
     assert lines[4].startswith(
-        "Claims judged on ssilbench's own variants (image-colours, stochastic-expert-one-dataset)"
+        "Claims judged on ssilbench's own variants (image-colours, stochastic-expert-one-dataset, "
+        "stochastic-environment-one-draw)"
     )
