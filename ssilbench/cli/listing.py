@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
+import textwrap
+import types
+import typing
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +24,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import data_root_option
+from ssilbench.errors import unknown
 
 SHOWN_TASKS = 4  # a family with more tasks shows its count and the first few
 
@@ -216,12 +221,18 @@ def dataset_summary(datasets: dict[str, dict[str, str]]) -> str:
 
 
 @click.command("list")
+@click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @data_root_option
 @click.pass_obj
-def list_cmd(state: State, as_json: bool, data_root: str) -> None:
+def list_cmd(state: State, name: str | None, as_json: bool, data_root: str) -> None:
     """List methods, environments (tasks, extra, datasets) and architectures, the extras
-    and whether they are installed, and plugins that failed to load."""
+    and whether they are installed, and plugins that failed to load. With NAME (a method,
+    environment family or architecture): its settings, each with its type, default and
+    meaning: a method's config (-c), a family's options (-o), an architecture's options."""
+    if name is not None:
+        _print_settings(settings_of(state.plugins, name), as_json)
+        return
     root = Path(data_root).expanduser()
     rows, broken = registered(state.plugins)
     dists = sorted({r["distribution"] for r in rows if r["distribution"]})
@@ -274,6 +285,84 @@ def _print_tables(rows: list[dict[str, Any]], broken: list[dict[str, Any]],
         cells = [(b["plugin"], f"{b['distribution']} {b['version']}" if b["distribution"]
                   else "-", b["error"]) for b in broken]  # fmt: skip
         _show(console, "broken plugins", ("plugin", "distribution", "error"), cells, "red")
+
+
+# --- one name's settings -----------------------------------------------------------------
+
+SETTINGS = {"method": ("Config", "config, -c KEY=VALUE"),
+            "environment": ("Options", "options, -o KEY=VALUE"),
+            "architecture": ("Options", "options, -c 'arch_options={\"KEY\": VALUE}'")}  # fmt: skip
+
+
+def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
+    """For each kind that registers ``name``: its plugin, description and the fields of its
+    settings model (name, type, default, description; an environment's also whether the
+    field follows the run's seed). An UnknownNameError where no kind registers it."""
+    found = []
+    for kind, registry in plugins.registries().items():
+        kind = kind.rstrip("s")
+        if name not in registry or kind not in SETTINGS:
+            continue
+        cls = registry.load(name)
+        model = getattr(cls, SETTINGS[kind][0], None)
+        per_seed = set(getattr(cls, "per_seed_options", ()))
+        fields = [{"name": field, "type": type_text(info.annotation),
+                   "default": info.get_default(call_default_factory=True),
+                   "description": info.description or "", "per_seed": field in per_seed}
+                  for field, info in (model.model_fields.items() if model else [])]  # fmt: skip
+        entry = registry.entries[name]
+        found.append({"kind": kind, "name": name, "plugin": entry.origin.plugin,
+                      "description": entry.description, "given_as": SETTINGS[kind][1],
+                      "fields": fields})  # fmt: skip
+    if not found:
+        every = {n for registry in plugins.registries().values() for n in registry.names()}
+        raise unknown("method, environment or architecture", name, every)
+    return found
+
+
+def type_text(annotation: Any) -> str:
+    """A field's type as a user types its values: ``suite | paper``, ``integer``, ..."""
+    if annotation is None or annotation is type(None):
+        return "null"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin is typing.Annotated:
+        return type_text(args[0])
+    if args and origin in (typing.Union, types.UnionType):
+        return " | ".join(type_text(a) for a in args)
+    if args:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(type_text(a) for a in args)}]"
+    names = {int: "integer", float: "number", bool: "true | false", str: "text"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
+    """Each field as a record: its name, type and default on one line, its meaning below
+    (descriptions are sentences, too long for a table column)."""
+    if as_json:
+        click.echo(json.dumps(found, indent=2, default=str))
+        return
+    width = max(40, shutil.get_terminal_size().columns - 6)
+    for item in found:
+        head = f"{item['kind']} {item['name']} (plugin {item['plugin']}): {item['description']}"
+        click.echo("\n".join(textwrap.wrap(head, width + 6)))
+        if not item["fields"]:
+            click.echo(f"  no {item['given_as'].split(',')[0]}")
+            continue
+        click.echo(f"{item['given_as']}:")
+        for f in item["fields"]:
+            seeded = ", or the run's seed (per seed)" if f["per_seed"] else ""
+            default = json.dumps(f["default"], default=str)
+            click.echo(f"  {f['name']}: {f['type']}; default {default}{seeded}")
+            for line in textwrap.wrap(f["description"], width):
+                click.echo(f"      {line}")
+        if any(f["per_seed"] for f in item["fields"]):
+            note = (
+                "(per seed): where a sweep leaves the option unset, each run takes its "
+                "seed as the value, where the family applies it (its card says when)."
+            )
+            click.echo("\n".join(textwrap.wrap(note, width + 6)))
 
 
 def _show(console: Any, title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]],
