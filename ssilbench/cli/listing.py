@@ -289,9 +289,12 @@ def _print_tables(rows: list[dict[str, Any]], broken: list[dict[str, Any]],
 
 # --- one name's settings -----------------------------------------------------------------
 
-SETTINGS = {"method": ("Config", "config, -c KEY=VALUE"),
-            "environment": ("Options", "options, -o KEY=VALUE"),
-            "architecture": ("Options", "options, -c 'arch_options={\"KEY\": VALUE}'")}  # fmt: skip
+# kind -> (the class attribute holding its settings model, what they are, how they are given)
+SETTINGS = {
+    "method": ("Config", "config", "-c KEY=VALUE"),
+    "environment": ("Options", "options", "-o KEY=VALUE"),
+    "architecture": ("Options", "options", "-c 'arch_options={\"KEY\": VALUE}'"),
+}
 
 
 def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
@@ -310,10 +313,10 @@ def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
                    "default": info.get_default(call_default_factory=True),
                    "description": info.description or "", "per_seed": field in per_seed}
                   for field, info in (model.model_fields.items() if model else [])]  # fmt: skip
-        entry = registry.entries[name]
+        entry, (_, noun, flag) = registry.entry(name), SETTINGS[kind]
         found.append({"kind": kind, "name": name, "plugin": entry.origin.plugin,
-                      "description": entry.description, "given_as": SETTINGS[kind][1],
-                      "fields": fields})  # fmt: skip
+                      "description": entry.description, "given_as": f"{noun}, {flag}",
+                      "settings": noun, "fields": fields})  # fmt: skip
     if not found:
         every = {n for registry in plugins.registries().values() for n in registry.names()}
         raise unknown("method, environment or architecture", name, every)
@@ -348,7 +351,7 @@ def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
         head = f"{item['kind']} {item['name']} (plugin {item['plugin']}): {item['description']}"
         click.echo("\n".join(textwrap.wrap(head, width + 6)))
         if not item["fields"]:
-            click.echo(f"  no {item['given_as'].split(',')[0]}")
+            click.echo(f"  no {item['settings']}")
             continue
         click.echo(f"{item['given_as']}:")
         for f in item["fields"]:
