@@ -109,9 +109,9 @@ def data_key(task: str, options: MazeOptions) -> dict[str, Any]:
     """The options that change the dataset, plus the generator version.
 
     ``noop`` (and its ``noop_seed``), ``goals``, ``copies``, ``palette`` (for images) and
-    ``layout`` appear only when
-    they differ from their defaults, so the datasets of the deterministic fixed-goal mazes keep
-    their keys (and a whole number of goals is the only key to hold an int under ``goals``).
+    ``layout`` appear only when they differ from their defaults, so the datasets of the
+    deterministic fixed-goal mazes keep their keys (and a whole number of goals is the only
+    key to hold an int under ``goals``).
     """
     key: dict[str, Any] = {
         "generator": GENERATOR,
