@@ -13,8 +13,6 @@ import re
 import shutil
 import sys
 import textwrap
-import types
-import typing
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +23,7 @@ import click
 from ssilbench.cli.app import State
 from ssilbench.cli.options import data_root_option
 from ssilbench.errors import unknown
+from ssilbench.planning.values import type_text
 
 SHOWN_TASKS = 4  # a family with more tasks shows its count and the first few
 
@@ -321,23 +320,6 @@ def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
         every = {n for registry in plugins.registries().values() for n in registry.names()}
         raise unknown("method, environment or architecture", name, every)
     return found
-
-
-def type_text(annotation: Any) -> str:
-    """A field's type as a user types its values: ``suite | paper``, ``integer``, ..."""
-    if annotation is None or annotation is type(None):
-        return "null"
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is typing.Literal:
-        return " | ".join(str(a) for a in args)
-    if origin is typing.Annotated:
-        return type_text(args[0])
-    if args and origin in (typing.Union, types.UnionType):
-        return " | ".join(type_text(a) for a in args)
-    if args:
-        return f"{getattr(origin, '__name__', origin)}[{', '.join(type_text(a) for a in args)}]"
-    names = {int: "integer", float: "number", bool: "true | false", str: "text"}
-    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import types
 import typing
 from typing import Any
 
@@ -62,16 +63,60 @@ def _text(value: Any) -> str:
 
 def format_validation(error: ValidationError, what: str, model: type[BaseModel]) -> str:
     """One message for every problem pydantic found in ``what`` (a config or options
-    model): each names its key, unknown keys get the closest valid one."""
+    model): each names its key, unknown keys get the closest valid one. A field that takes
+    one of several types (``maze | integer``) gets one problem, in its type as a user writes
+    it, where pydantic reports one per type it tried."""
     fields = sorted(model.model_fields)
-    parts = []
+    parts: dict[str, str] = {}
+    by_union: dict[str, list[Any]] = {}
     for err in error.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(config)"
         if err["type"] == "extra_forbidden":
-            parts.append(f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}")
+            parts[loc] = f"'{loc}' is not a valid key.{did_you_mean(loc, fields)}"
+        elif _union_field(model, err["loc"]):
+            by_union.setdefault(str(err["loc"][0]), []).append(err)
+            parts.setdefault(str(err["loc"][0]), "")  # its place among the others
         else:
-            parts.append(f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})")
-    return _invalid(what, parts, fields)
+            parts[loc] = f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})"
+    for name, errors in by_union.items():
+        parts[name] = _union_problem(name, errors, model.model_fields[name].annotation)
+    return _invalid(what, list(parts.values()), fields)
+
+
+def _union_field(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """Whether pydantic's ``loc`` is one of the types tried for a union field (its second
+    part names the type: ``('noop_seed', "literal['maze']")``)."""
+    field = model.model_fields.get(str(loc[0])) if loc else None
+    if field is None or len(loc) < 2:
+        return False
+    args = typing.get_args(field.annotation)
+    return typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and bool(args)
+
+
+def _union_problem(name: str, errors: list[Any], annotation: Any) -> str:
+    """``'noop_seed' takes maze | integer: Input should be greater than or equal to 0 (got
+    -1)``. The type already lists the literal values, so "should be 'maze'" is left out
+    where another type says more."""
+    said = [e["msg"] for e in errors if e["type"] != "literal_error"] or [errors[0]["msg"]]
+    why = "; ".join(dict.fromkeys(said))
+    return f"'{name}' takes {type_text(annotation)}: {why} (got {_shown(errors[0].get('input'))})"
+
+
+def type_text(annotation: Any) -> str:
+    """A field's type as a user types its values: ``suite | paper``, ``integer``, ..."""
+    if annotation is None or annotation is type(None):
+        return "null"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return " | ".join(str(a) for a in args)
+    if origin is typing.Annotated:
+        return type_text(args[0])
+    if args and origin in (typing.Union, types.UnionType):
+        return " | ".join(type_text(a) for a in args)
+    if args:
+        return f"{getattr(origin, '__name__', origin)}[{', '.join(type_text(a) for a in args)}]"
+    names = {int: "integer", float: "number", bool: "true | false", str: "text"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _shown(value: Any) -> str:
