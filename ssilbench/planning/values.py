@@ -77,10 +77,26 @@ def format_validation(error: ValidationError, what: str, model: type[BaseModel])
             by_union.setdefault(str(err["loc"][0]), []).append(err)
             parts.setdefault(str(err["loc"][0]), "")  # its place among the others
         else:
-            parts[loc] = f"'{loc}': {err['msg']} (got {_shown(err.get('input'))})"
+            hint = _closest_choice(model, err)
+            parts[loc] = f"'{loc}': {err['msg']} (got {_shown(err.get('input'))}).{hint}"
     for name, errors in by_union.items():
         parts[name] = _union_problem(name, errors, model.model_fields[name].annotation)
     return _invalid(what, list(parts.values()), fields)
+
+
+def _closest_choice(model: type[BaseModel], err: Any) -> str:
+    """' Did you mean 'paper'?' for a misspelt value of a field that takes named values."""
+    field = model.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+    if field is None or not isinstance(err.get("input"), str):
+        return ""
+    return did_you_mean(err["input"], _named_values(field.annotation))
+
+
+def _named_values(annotation: Any) -> list[str]:
+    """The text values a type names (its ``Literal`` strings, through unions)."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return [a for a in typing.get_args(annotation) if isinstance(a, str)]
+    return [v for a in typing.get_args(annotation) for v in _named_values(a)]
 
 
 def _union_field(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
@@ -99,7 +115,9 @@ def _union_problem(name: str, errors: list[Any], annotation: Any) -> str:
     where another type says more."""
     said = [e["msg"] for e in errors if e["type"] != "literal_error"] or [errors[0]["msg"]]
     why = "; ".join(dict.fromkeys(said))
-    return f"'{name}' takes {type_text(annotation)}: {why} (got {_shown(errors[0].get('input'))})"
+    given = errors[0].get("input")
+    hint = did_you_mean(given, _named_values(annotation)) if isinstance(given, str) else ""
+    return f"'{name}' takes {type_text(annotation)}: {why} (got {_shown(given)}).{hint}"
 
 
 def type_text(annotation: Any) -> str:

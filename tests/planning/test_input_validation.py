@@ -592,3 +592,27 @@ def test_run_ids_are_equal_exactly_when_the_configs_are(a, b):
     first, second = _spec(config={"k": a}), _spec(config={"k": b})
     assert (first.run_id == second.run_id) == _json_equal(a, b)
     assert RunSpec.model_validate_json(first.model_dump_json()).run_id == first.run_id
+
+
+def test_a_misspelt_named_value_gets_the_closest_and_a_union_one_problem():
+    from typing import Annotated, Literal
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    from ssilbench.planning.values import validate_model
+
+    class Options(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        layout: Literal["suite", "paper"] = "suite"
+        seed: Literal["maze"] | Annotated[int, Field(ge=0, strict=True)] = "maze"
+
+    with pytest.raises(ConfigError) as info:
+        validate_model(Options, {"layout": "papr", "seed": "maz"}, "options of 'm'")
+    assert str(info.value) == (
+        "Invalid options of 'm': 'layout': Input should be 'suite' or 'paper' (got 'papr'). "
+        "Did you mean 'paper'? 'seed' takes maze | integer: Input should be a valid integer "
+        "(got 'maz'). Did you mean 'maze'? Valid keys: layout, seed."
+    )
+    with pytest.raises(ConfigError, match=r"'seed' takes maze \| integer: Input should be "
+                       r"greater than or equal to 0 \(got -1\)\. Valid keys"):  # fmt: skip
+        validate_model(Options, {"seed": -1}, "options of 'm'")
