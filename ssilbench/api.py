@@ -314,6 +314,18 @@ class Environment(ABC):
         return cls.per_seed_options
 
     @classmethod
+    def run_defaults(cls, options: BaseModel) -> dict[str, Any]:
+        """Optional: values new runs take for options their sweep leaves unset, in place of
+        the :attr:`Options` model's defaults; by default none. For a default that changed
+        after runs were recorded with a field left out of the dump at its default
+        (``omitted_at_default``): the model keeps the earlier default, which is what a
+        recorded spec without the field means (``ssilbench eval`` and workers read specs
+        back through the model), while new runs get this value, written into their spec, so
+        they never share a design id with the earlier runs. ``options``: the validated
+        options of the sweep, with the model's defaults (return only what applies to them)."""
+        return {}
+
+    @classmethod
     def options_of(cls, options: BaseModel | None) -> BaseModel:
         """``options`` as this family's :attr:`Options` (None: the defaults; another model:
         its values, validated)."""

@@ -404,6 +404,12 @@ class MazeEnvironment(Environment):
         # Without no-ops the draw changes nothing: those runs keep their ids.
         return cls.per_seed_options if getattr(options, "noop", 0.0) > 0.0 else ()
 
+    @classmethod
+    def run_defaults(cls, options: BaseModel) -> dict[str, Any]:
+        # New runs are on the paper's mazes. The model's default stays 'suite', what a spec
+        # recorded without the option (before 0.3.0) was run on.
+        return {"layout": "paper"}
+
     def tasks(self) -> list[str]:
         return list(TASK_SIZES)
 

@@ -26,9 +26,11 @@ class MazeOptions(BaseModel):
     )
     layout: Literal["suite", "paper"] = Field(
         "suite",
-        description="Walls: 'suite' = a random-walk maze drawn from maze_seed; 'paper' = "
-        "the paper's code's maze of that size (its generator's seed 42: 50, 205 and 1,281 "
-        "free cells), the same for every maze_seed. The goal is drawn from maze_seed in both.",
+        description="Walls: 'paper' (what a run takes unless told otherwise) = the paper's "
+        "code's maze of that size (its generator's seed 42: 50, 205 and 1,281 free cells), "
+        "the same for every maze_seed; 'suite' = a random-walk maze drawn from maze_seed (a "
+        "recorded run without the option, before 0.3.0, has it). The goal is drawn from "
+        "maze_seed in both.",
     )
     palette: Literal["ssilbench", "paper"] = Field(
         "ssilbench",
@@ -49,8 +51,8 @@ class MazeOptions(BaseModel):
     maze_seed: int = Field(
         0,
         ge=0,
-        description="Seed of the maze layout, its goal and the dataset's draws (start cells, "
-        "goals, no-ops).",
+        description="Seed of the maze's goal and the dataset's draws (start cells, goals, "
+        "no-ops), and with layout='suite' of the layout.",
     )
     horizon: int | None = Field(
         None,

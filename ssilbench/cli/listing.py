@@ -22,6 +22,7 @@ import click
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import data_root_option
+from ssilbench.cli.tasks import environment_options
 from ssilbench.errors import unknown
 from ssilbench.planning.values import type_text
 
@@ -173,7 +174,7 @@ def environment_status(plugins: Any, name: str, data_root: Path) -> dict[str, An
     try:
         environment = plugins.environments.create(name)
         tasks = list(environment.tasks())
-        options = environment.Options()
+        options = environment_options(environment, name, {})  # what a run with no -o takes
     except Exception as exc:  # noqa: BLE001 - a broken environment is listed, not fatal
         return {"tasks": [], "error": f"{type(exc).__name__}: {exc}", "datasets": {}}
     datasets: dict[str, dict[str, str]] = {}
@@ -308,9 +309,11 @@ def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
         cls = registry.load(name)
         model = getattr(cls, SETTINGS[kind][0], None)
         per_seed = set(getattr(cls, "per_seed_options", ()))
+        runs_take = cls.run_defaults(model()) if kind == "environment" and model else {}
         fields = [{"name": field, "type": type_text(info.annotation),
-                   "default": info.get_default(call_default_factory=True),
+                   "default": runs_take.get(field, info.get_default(call_default_factory=True)),
                    "description": info.description or "", "per_seed": field in per_seed}
+                  | ({"recorded_default": info.get_default()} if field in runs_take else {})
                   for field, info in (model.model_fields.items() if model else [])]  # fmt: skip
         entry, (_, noun, flag) = registry.entry(name), SETTINGS[kind]
         found.append({"kind": kind, "name": name, "plugin": entry.origin.plugin,
@@ -338,6 +341,9 @@ def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
         click.echo(f"{item['given_as']}:")
         for f in item["fields"]:
             seeded = ", or the run's seed (per seed)" if f["per_seed"] else ""
+            if "recorded_default" in f:  # Environment.run_defaults: the default changed
+                earlier = json.dumps(f["recorded_default"], default=str)
+                seeded += f" (a recorded run that leaves it out: {earlier})"
             default = json.dumps(f["default"], default=str)
             click.echo(f"  {f['name']}: {f['type']}; default {default}{seeded}")
             for line in textwrap.wrap(f["description"], width):

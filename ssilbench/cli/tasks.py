@@ -25,10 +25,12 @@ def parse_options(options: Iterable[str]) -> dict[str, Any]:
 
 
 def environment_options(environment: Any, family: str, values: dict[str, Any]) -> Any:
-    """The environment's Options model with ``values`` (from :func:`parse_options`), checked."""
-    from ssilbench.planning.values import validate_model
+    """The environment's Options model with ``values`` (from :func:`parse_options`), checked,
+    and the family's run defaults where they leave a key unset, as a sweep's runs take them."""
+    from ssilbench.planning.values import run_options, validate_model
 
-    return validate_model(environment.Options, values, f"options of environment '{family}'")
+    given = run_options(environment, family, values)
+    return validate_model(environment.Options, given, f"options of environment '{family}'")
 
 
 def configured_task(plugins: Any, env_id: str, options: Iterable[str]) -> tuple[str, str, Any]:

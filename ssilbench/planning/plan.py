@@ -34,7 +34,7 @@ from ssilbench.errors import (
 )
 from ssilbench.planning.problems import Problem, describe_problems
 from ssilbench.planning.protocol import experiment
-from ssilbench.planning.values import validate_model
+from ssilbench.planning.values import run_options, validate_model
 from ssilbench.plugins import Plugins
 from ssilbench.registry import split_env_id
 from ssilbench.runs.identity import (
@@ -333,7 +333,8 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
 
     for family, task_name in expand_envs(plugins, sweep.envs, sweep.options):
         environment = plugins.environments.create(family)
-        info = _task_info(environment, family, task_name, sweep.options)
+        given = run_options(environment, family, sweep.options)
+        info = _task_info(environment, family, task_name, given)
         spec = info.spec
         has_vm = info.task.video_model() is not None
         default = spec.default_steps
@@ -348,10 +349,9 @@ def resolve_plan(plugins: Plugins, sweep: Sweep) -> SweepPlan:
                 raise ConfigError(
                     f"{exc}. Fix the method's stage split or the step budget."
                 ) from None
-        seeded = [k for k in environment.seeded_options(info.options)
-                  if k not in sweep.options]  # fmt: skip
+        seeded = [k for k in environment.seeded_options(info.options) if k not in given]
         by_seed = {seed: _task_info(environment, family, task_name,
-                                    {**sweep.options, **dict.fromkeys(seeded, seed)})
+                                    {**given, **dict.fromkeys(seeded, seed)})
                    for seed in seeds} if seeded else dict.fromkeys(seeds, info)  # fmt: skip
         for task in by_seed.values():
             plan.tasks[SweepPlan.task_key_of(task)] = task

@@ -121,7 +121,8 @@ def _download_lines(
         return []
     every = set(manifest.tasks()) <= set(tasks)
     command = f"ssilbench data download {family}" + ("" if every else f" --games {','.join(tasks)}")
-    command += "".join(f" -o {k}={flag_value(v)}" for k, v in non_default(info.options).items())
+    given = non_default(info.options, info.environment.run_defaults(info.options))
+    command += "".join(f" -o {k}={flag_value(v)}" for k, v in given.items())
     sizes = [f.size for f in files if f.size is not None]
     size = f"{len(files)} file{'s' * (len(files) > 1)}, "
     if not sizes:

@@ -11,6 +11,7 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from ssilbench.errors import (
     ConfigError,
@@ -182,6 +183,14 @@ def validate_model(model: type[BaseModel], values: dict[str, Any], what: str) ->
     return checked
 
 
+def run_options(environment: Any, family: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The option values a new run of ``family`` takes: ``given`` (the sweep's or the
+    command's ``-o``), and for the keys it leaves unset the family's
+    :meth:`~ssilbench.api.Environment.run_defaults` (a ConfigError for a bad value)."""
+    values = validate_model(environment.Options, given, f"options of environment '{family}'")
+    return {**environment.run_defaults(values), **given}
+
+
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -218,22 +227,40 @@ def parse_seeds(text: str) -> list[int]:
     return list(dict.fromkeys(seeds))
 
 
-def non_default(model: BaseModel) -> dict[str, Any]:
-    """The fields of a config or options model that differ from their defaults."""
-    # Both sides as JSON: a tuple default and the list it is read back as are the same value.
-    # A field a model leaves out of its dump at its default (so that earlier runs keep their
-    # ids) is in the dump only where it differs.
-    defaults = type(model)().model_dump(mode="json")
+def non_default(model: BaseModel, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of a config or options model that differ from their defaults; ``defaults``:
+    values that stand in for the model's (an environment's run defaults, which new runs
+    take in place of the model's)."""
+    # Every field's value, as JSON: a tuple default and the list it is read back as are the
+    # same value, and a field a model leaves out of its dump at its default (so that earlier
+    # runs keep their ids) still compares with what stands in for its default.
+    base = _values(type(model).model_validate(defaults or {}))
     return {
         k: v
-        for k, v in model.model_dump(mode="json").items()
-        if (k not in defaults or v != defaults[k]) and not (hasattr(v, "__len__") and v == [])
+        for k, v in _values(model).items()
+        if v != base[k] and not (hasattr(v, "__len__") and v == [])
     }
 
 
-def display_label(name: str, values: dict[str, Any], model: type[BaseModel]) -> str:
-    """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults."""
-    diff = non_default(model.model_validate(values))
+def _values(model: BaseModel) -> dict[str, Any]:
+    """Every field's value as the dump gives it; the value itself where the dump leaves the
+    field out."""
+    dumped = model.model_dump(mode="json")
+    return {
+        k: dumped[k] if k in dumped else to_jsonable_python(getattr(model, k))
+        for k in type(model).model_fields
+    }
+
+
+def display_label(
+    name: str,
+    values: dict[str, Any],
+    model: type[BaseModel],
+    defaults: dict[str, Any] | None = None,
+) -> str:
+    """'bc' or 'bc (arch=lc)': the name plus whatever differs from the defaults (``defaults``
+    as :func:`non_default` takes them)."""
+    diff = non_default(model.model_validate(values), defaults)
     return f"{name} ({', '.join(f'{k}={v}' for k, v in sorted(diff.items()))})" if diff else name
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ssilbench.errors import SsilbenchError
-from ssilbench.planning.plan import SweepPlan, open_datasets
+from ssilbench.planning.plan import SweepPlan, TaskInfo, open_datasets
 from ssilbench.planning.values import display_label
 from ssilbench.plugins import Plugins
 from ssilbench.runner.schedule import execution_units, leaders_first
@@ -78,8 +78,14 @@ def run_label(plan: SweepPlan, spec: RunSpec) -> tuple[str, str]:
     return (
         display_label(spec.method, spec.config, method.cls.Config),
         # Options that follow the seed are left out: a setup's runs share one label.
-        display_label(spec.env, spec.shared_options(), type(task.options)),
+        display_label(spec.env, spec.shared_options(), type(task.options), _run_defaults(task)),
     )
+
+
+def _run_defaults(task: TaskInfo) -> dict[str, Any]:
+    """The option values the task's family gives runs that leave them unset: a label shows
+    what differs from them."""
+    return {} if task.environment is None else task.environment.run_defaults(task.options)
 
 
 def _execute(

@@ -23,7 +23,9 @@ def test_an_environment_lists_its_options_with_defaults_and_the_per_seed_ones():
     lines = shown.output.splitlines()
     assert lines[0].startswith("environment maze (plugin maze): ")
     assert "options, -o KEY=VALUE:" in lines
-    assert '  layout: suite | paper; default "suite"' in lines
+    # A run takes the paper's layout; a recorded spec without the option means the suite's.
+    layout = '  layout: suite | paper; default "paper" (a recorded run that leaves it out: "suite")'
+    assert layout in lines
     assert "  noop: number; default 0.0" in lines
     assert '  noop_seed: maze | integer; default "maze", or the run\'s seed (per seed)' in lines
     assert max(len(line) for line in lines) <= 100

@@ -284,6 +284,7 @@ CELL = re.compile(r"^(\*\*)?(\d+\.\d{3}) \[(\d+\.\d{3}), (\d+\.\d{3})\] \(n=2\)(
 
 
 def check_leaderboard(block: str, args: list[str], where: str) -> None:
+    from ssilbench.cli.tasks import environment_options
     from ssilbench.data.datasets import task_dataset
     from ssilbench.leaderboard.render import to_markdown
     from ssilbench.leaderboard.table import build_table
@@ -298,13 +299,14 @@ def check_leaderboard(block: str, args: list[str], where: str) -> None:
     assert env, f"{where}: name the environment (a '## ENV' heading, or the marker's argument)"
     family, task = env.split(":")
     environment = load_plugins().environments.create(family)
-    loaded = environment.load(task)
+    options = environment_options(environment, family, {})  # what a run with no -o takes
+    loaded = environment.load(task, options)
     spec = loaded.spec
     normaliser, episodes = spec.normaliser, spec.eval_episodes
     # What a run of the block's command records beside its versions: the task's dataset,
     # built here as a run builds it, and its family's paper protocol; its default steps.
     with tempfile.TemporaryDirectory() as root:
-        info = TaskInfo(env, environment.Options(), loaded, task_dataset(loaded, Path(root)),
+        info = TaskInfo(env, options, loaded, task_dataset(loaded, Path(root)),
                         environment=environment)  # fmt: skip
         setup = setup_provenance(info, Path(root))
 
@@ -325,7 +327,8 @@ def check_leaderboard(block: str, args: list[str], where: str) -> None:
             m = CELL.match(cell)
             assert m, f"{where}: {cell!r} is not a two-seed cell"
             for seed, value in enumerate((exact(m.group(3)), exact(m.group(4)))):
-                run = RunSpec(method=method, config={}, env=env, options={}, budget=budget,
+                run = RunSpec(method=method, config={}, env=env, budget=budget,
+                               options=options.model_dump(mode="json"),
                                seed=seed, steps=spec.default_steps, eval_every=50)  # fmt: skip
                 records.append(RunRecord.of(run, score=value, metrics={}, report="final",
                                             normaliser=normaliser.model_dump(),
