@@ -406,9 +406,11 @@ class MazeEnvironment(Environment):
 
     @classmethod
     def run_defaults(cls, options: BaseModel) -> dict[str, Any]:
-        # New runs are on the paper's mazes. The model's default stays 'suite', what a spec
-        # recorded without the option (before 0.3.0) was run on.
-        return {"layout": "paper"}
+        # New runs are on the paper's mazes, their images in its colours. The model keeps
+        # 'suite' and 'ssilbench', what a spec recorded without the options (before 0.3.0)
+        # was run on; positions ignore the palette, so their specs leave it out.
+        images = getattr(options, "state", None) == "image"
+        return {"layout": "paper", **({"palette": "paper"} if images else {})}
 
     def tasks(self) -> list[str]:
         return list(TASK_SIZES)

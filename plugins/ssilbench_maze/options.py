@@ -34,9 +34,10 @@ class MazeOptions(BaseModel):
     )
     palette: Literal["ssilbench", "paper"] = Field(
         "ssilbench",
-        description="Colours of state=image: 'ssilbench' = wall black, free white, goal "
-        "green, agent red, agent on the goal yellow; 'paper' = the paper's code's, wall "
-        "blue and the agent red on the goal too (the rest the same).",
+        description="Colours of state=image: 'paper' (what an image run takes unless told "
+        "otherwise) = the paper's code's, wall blue, free white, goal green, agent red, also "
+        "on the goal; 'ssilbench' = wall black and the agent yellow on the goal (the rest the "
+        "same; a recorded run without the option, before 0.3.0, has it).",
     )
     data: Literal["rollouts", "states"] = Field(
         "rollouts",

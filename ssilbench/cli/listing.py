@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import BaseModel, ValidationError
 
 from ssilbench.cli.app import State
 from ssilbench.cli.options import data_root_option
 from ssilbench.cli.tasks import environment_options
 from ssilbench.errors import unknown
-from ssilbench.planning.values import type_text
+from ssilbench.planning.values import named_values, type_text
 
 SHOWN_TASKS = 4  # a family with more tasks shows its count and the first few
 
@@ -309,11 +310,11 @@ def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
         cls = registry.load(name)
         model = getattr(cls, SETTINGS[kind][0], None)
         per_seed = set(getattr(cls, "per_seed_options", ()))
-        runs_take = cls.run_defaults(model()) if kind == "environment" and model else {}
+        runs_take = run_defaults_of(cls, model) if kind == "environment" and model else {}
         fields = [{"name": field, "type": type_text(info.annotation),
-                   "default": runs_take.get(field, info.get_default(call_default_factory=True)),
+                   "default": info.get_default(call_default_factory=True),
                    "description": info.description or "", "per_seed": field in per_seed}
-                  | ({"recorded_default": info.get_default()} if field in runs_take else {})
+                  | _changed_default(info.get_default(), runs_take.get(field, []))
                   for field, info in (model.model_fields.items() if model else [])]  # fmt: skip
         entry, (_, noun, flag) = registry.entry(name), SETTINGS[kind]
         found.append({"kind": kind, "name": name, "plugin": entry.origin.plugin,
@@ -323,6 +324,39 @@ def settings_of(plugins: Any, name: str) -> list[dict[str, Any]]:
         every = {n for registry in plugins.registries().values() for n in registry.names()}
         raise unknown("method, environment or architecture", name, every)
     return found
+
+
+def run_defaults_of(cls: Any, model: type[BaseModel]) -> dict[str, list[tuple[Any, dict]]]:
+    """What an environment's ``run_defaults`` gives each field: ``(value, options)`` pairs,
+    ``options`` empty where the defaults give it, else the one named value of another field
+    under which it does (the maze's palette: ``("paper", {"state": "image"})``)."""
+    base = cls.run_defaults(model())
+    found = {k: [(v, {})] for k, v in base.items()}
+    for name, info in model.model_fields.items():
+        for value in named_values(info.annotation):
+            try:
+                given = cls.run_defaults(model(**{name: value}))
+            except ValidationError:  # the value needs other options: not a plain condition
+                continue
+            for k, v in given.items():
+                if k != name and base.get(k) != v and (v, {name: value}) not in found.get(k, []):
+                    found.setdefault(k, []).append((v, {name: value}))
+    return found
+
+
+def _changed_default(recorded: Any, taken: list[tuple[Any, dict]]) -> dict[str, Any]:
+    """A field's entries for the defaults new runs take in place of the model's: the
+    unconditional one as ``default``, the others under ``default_when``; ``recorded_default``
+    is what a recorded run without the field has."""
+    if not taken:
+        return {}
+    out: dict[str, Any] = {"recorded_default": recorded}
+    for value, options in taken:
+        if options:
+            out.setdefault("default_when", []).append({"value": value, "options": options})
+        else:
+            out["default"] = value
+    return out
 
 
 def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
@@ -341,11 +375,16 @@ def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
         click.echo(f"{item['given_as']}:")
         for f in item["fields"]:
             seeded = ", or the run's seed (per seed)" if f["per_seed"] else ""
-            if "recorded_default" in f:  # Environment.run_defaults: the default changed
+            for when in f.get("default_when", []):  # Environment.run_defaults
+                where = ", ".join(f"{k}={v}" for k, v in when["options"].items())
+                seeded += f"; {json.dumps(when['value'], default=str)} with {where}"
+            if "recorded_default" in f:
                 earlier = json.dumps(f["recorded_default"], default=str)
                 seeded += f" (a recorded run that leaves it out: {earlier})"
             default = json.dumps(f["default"], default=str)
-            click.echo(f"  {f['name']}: {f['type']}; default {default}{seeded}")
+            head = f"  {f['name']}: {f['type']}; default {default}{seeded}"
+            lines = textwrap.wrap(head, max(100, width + 6), subsequent_indent=" " * 6)
+            click.echo("\n".join(lines))
             for line in textwrap.wrap(f["description"], width):
                 click.echo(f"      {line}")
         if any(f["per_seed"] for f in item["fields"]):

@@ -90,14 +90,15 @@ def _closest_choice(model: type[BaseModel], err: Any) -> str:
     field = model.model_fields.get(str(err["loc"][0])) if err["loc"] else None
     if field is None or not isinstance(err.get("input"), str):
         return ""
-    return did_you_mean(err["input"], _named_values(field.annotation))
+    return did_you_mean(err["input"], named_values(field.annotation))
 
 
-def _named_values(annotation: Any) -> list[str]:
-    """The text values a type names (its ``Literal`` strings, through unions)."""
+def named_values(annotation: Any) -> list[str]:
+    """The text values a type names (its ``Literal`` strings, through unions): ``layout``'s
+    ``["suite", "paper"]``."""
     if typing.get_origin(annotation) is typing.Literal:
         return [a for a in typing.get_args(annotation) if isinstance(a, str)]
-    return [v for a in typing.get_args(annotation) for v in _named_values(a)]
+    return [v for a in typing.get_args(annotation) for v in named_values(a)]
 
 
 def _union_field(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
@@ -117,7 +118,7 @@ def _union_problem(name: str, errors: list[Any], annotation: Any) -> str:
     said = [e["msg"] for e in errors if e["type"] != "literal_error"] or [errors[0]["msg"]]
     why = "; ".join(dict.fromkeys(said))
     given = errors[0].get("input")
-    hint = did_you_mean(given, _named_values(annotation)) if isinstance(given, str) else ""
+    hint = did_you_mean(given, named_values(annotation)) if isinstance(given, str) else ""
     return f"'{name}' takes {type_text(annotation)}: {why} (got {_shown(given)}).{hint}"
 
 

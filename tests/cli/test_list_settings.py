@@ -26,6 +26,14 @@ def test_an_environment_lists_its_options_with_defaults_and_the_per_seed_ones():
     # A run takes the paper's layout; a recorded spec without the option means the suite's.
     layout = '  layout: suite | paper; default "paper" (a recorded run that leaves it out: "suite")'
     assert layout in lines
+    # A default that depends on other options (the maze's palette for images) says under which.
+    joined = " ".join(line.strip() for line in lines)  # the line is wrapped to the terminal
+    assert ('palette: ssilbench | paper; default "ssilbench"; "paper" with state=image (a '
+            'recorded run that leaves it out: "ssilbench")') in joined  # fmt: skip
+    [item] = json.loads(listed("maze", "--json").output)
+    palette = next(f for f in item["fields"] if f["name"] == "palette")
+    assert palette["default_when"] == [{"value": "paper", "options": {"state": "image"}}]
+    assert palette["recorded_default"] == "ssilbench"
     assert "  noop: number; default 0.0" in lines
     assert '  noop_seed: maze | integer; default "maze", or the run\'s seed (per seed)' in lines
     assert max(len(line) for line in lines) <= 100

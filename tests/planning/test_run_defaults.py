@@ -1,6 +1,7 @@
 """Defaults that changed after runs were recorded (``Environment.run_defaults``): the maze's
-``layout``. New runs take the paper's mazes, written into their spec; a recorded spec without
-the option still means the suite's, and ``-o layout=suite`` plans the runs recorded before."""
+``layout`` and, for images, ``palette``. New runs take the paper's mazes and colours, written
+into their spec; a recorded spec without the option still means the suite's maze (ssilbench's
+colours), and ``-o layout=suite`` plans the runs recorded before."""
 
 from __future__ import annotations
 
@@ -47,3 +48,12 @@ def test_commands_other_than_run_take_the_same_defaults(plugins):
     [grid] = resolve(plugins, Sweep(methods=["bc"], envs=["grid:20x20"], budgets=["0.1"],
                                     seeds=[0], options={"data_seed": 0}))  # fmt: skip
     assert "layout" not in grid.options
+
+
+def test_image_runs_take_the_paper_colours_and_positions_record_no_palette(plugins):
+    [image] = resolve(plugins, maze_sweep({"state": "image"}))
+    assert image.options["palette"] == "paper"
+    [position] = resolve(plugins, maze_sweep())
+    assert "palette" not in position.options  # positions ignore it: their ids stay
+    [earlier] = resolve(plugins, maze_sweep({"state": "image", "palette": "ssilbench"}))
+    assert "palette" not in earlier.options and earlier.design_id != image.design_id
