@@ -374,15 +374,15 @@ def _print_settings(found: list[dict[str, Any]], as_json: bool) -> None:
             continue
         click.echo(f"{item['given_as']}:")
         for f in item["fields"]:
-            seeded = ", or the run's seed (per seed)" if f["per_seed"] else ""
+            notes = ", or the run's seed (per seed)" if f["per_seed"] else ""
             for when in f.get("default_when", []):  # Environment.run_defaults
                 where = ", ".join(f"{k}={v}" for k, v in when["options"].items())
-                seeded += f"; {json.dumps(when['value'], default=str)} with {where}"
+                notes += f"; {json.dumps(when['value'], default=str)} with {where}"
             if "recorded_default" in f:
                 earlier = json.dumps(f["recorded_default"], default=str)
-                seeded += f" (a recorded run that leaves it out: {earlier})"
+                notes += f" (a recorded run that leaves it out: {earlier})"
             default = json.dumps(f["default"], default=str)
-            head = f"  {f['name']}: {f['type']}; default {default}{seeded}"
+            head = f"  {f['name']}: {f['type']}; default {default}{notes}"
             lines = textwrap.wrap(head, max(100, width + 6), subsequent_indent=" " * 6)
             click.echo("\n".join(lines))
             for line in textwrap.wrap(f["description"], width):

@@ -107,8 +107,13 @@ def _union_field(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
     field = model.model_fields.get(str(loc[0])) if loc else None
     if field is None or len(loc) < 2:
         return False
-    args = typing.get_args(field.annotation)
-    return typing.get_origin(field.annotation) in (typing.Union, types.UnionType) and bool(args)
+    return _is_union(field.annotation)
+
+
+def _is_union(annotation: Any) -> bool:
+    """``A | B`` or ``Union[A, B]`` (``Optional`` included)."""
+    origin = typing.get_origin(annotation)
+    return origin in (typing.Union, types.UnionType) and bool(typing.get_args(annotation))
 
 
 def _union_problem(name: str, errors: list[Any], annotation: Any) -> str:
@@ -131,7 +136,7 @@ def type_text(annotation: Any) -> str:
         return " | ".join(str(a) for a in args)
     if origin is typing.Annotated:
         return type_text(args[0])
-    if args and origin in (typing.Union, types.UnionType):
+    if _is_union(annotation):
         return " | ".join(type_text(a) for a in args)
     if args:
         return f"{getattr(origin, '__name__', origin)}[{', '.join(type_text(a) for a in args)}]"
