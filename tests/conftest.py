@@ -18,6 +18,16 @@ TINY = ["--steps", "60", "-q"]
 # shipped with ssilbench (tests/runner/test_step_table.py tests that one).
 os.environ["SSILBENCH_STEP_TABLE"] = os.devnull
 
+# `pytest -n auto` (pytest-xdist): a worker per core this process may use, at most 8. Each
+# worker imports torch and the simulators, and some tests start pools of their own, so a
+# worker per core of a large machine would spend memory, not time.
+MAX_TEST_WORKERS = 8
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, absent without it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(1, min(MAX_TEST_WORKERS, len(os.sched_getaffinity(0))))
+
 
 @pytest.fixture(scope="module")
 def plugins():
