@@ -189,27 +189,9 @@ def train(
     torch.manual_seed(config.seed)
     model = ActorCritic(config.scale).to(device)
     optimiser = torch.optim.Adam(model.parameters(), lr=config.lr, eps=1e-5)
-    start, history = 0, []
-    if out.exists():
-        payload = read_checkpoint(out)
-        saved = payload.get("config_fixed") or {}
-        wanted = _explained(config)
-        if payload.get("env_id") != env_id or saved != wanted:
-            differ = ", ".join(
-                f"{k}={saved.get(k)!r} there, {wanted.get(k)!r} now"
-                for k in sorted(set(saved) | set(wanted))
-                if saved.get(k) != wanted.get(k)
-            )
-            raise UsageError(
-                f"{out} holds a run of {payload.get('env_id')} with other settings "
-                f"({differ or 'environment ' + env_id + ' now'}); resume it with the same "
-                "settings (-c KEY=VALUE) or choose another --out."
-            )
-        model.load_state_dict(payload["model"])
-        optimiser.load_state_dict(payload["optimizer"])
-        torch.set_rng_state(payload["torch_rng"])
-        start, history = int(payload["updates"]), list(payload["history"])
-        log(f"resuming {out} at update {start} ({start * per_update} steps)")
+    start, history = (
+        _resume(out, env_id, config, model, optimiser, log) if out.exists() else (0, [])
+    )
     if start >= total_updates:
         log(f"{out} already has {start * per_update} steps (>= {config.steps}); nothing to do")
         return history[-1] if history else {}
@@ -225,23 +207,6 @@ def train(
     def returns() -> str:
         recent = finished[-100:]
         return f"return {np.mean(recent):.2f}" if recent else "return ?"
-
-    def payload(updates: int) -> dict[str, Any]:
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "format_version": CHECKPOINT_VERSION,
-            "architecture": architecture_record(config.scale),
-            "env_id": env_id,
-            "config": config.model_dump(),
-            "config_fixed": _explained(config),
-            "updates": updates,
-            "frames": updates * per_update,
-            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "optimizer": optimiser.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "history": history,
-            **(extra or {}),
-        }
 
     try:
         for update in range(start, total_updates):
@@ -266,13 +231,63 @@ def train(
             history.append(record)
             saving = (update + 1) % config.checkpoint_every == 0 or update + 1 == total_updates
             if saving:
-                save_atomic(payload(update + 1), out)
+                checkpoint = _checkpoint(env_id, config, model, optimiser, update + 1, history)
+                save_atomic({**checkpoint, **(extra or {})}, out)
             # "ckpt": the checkpoint was saved with this update.
             progress(record["frames"], f"{returns()}, update {update + 1}/{total_updates}"
                      + (" ckpt" if saving else ""), force=True)  # fmt: skip
     finally:
         venv.close()
     return history[-1]
+
+
+def _checkpoint(env_id: str, config: ExpertConfig, model: ActorCritic,
+                optimiser: torch.optim.Optimizer, updates: int, history: list[dict[str, Any]],
+                ) -> dict[str, Any]:  # fmt: skip
+    """What a checkpoint holds after ``updates`` updates: all that :func:`_resume` needs to
+    continue, and what ``read_checkpoint`` checks."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "format_version": CHECKPOINT_VERSION,
+        "architecture": architecture_record(config.scale),
+        "env_id": env_id,
+        "config": config.model_dump(),
+        "config_fixed": _explained(config),
+        "updates": updates,
+        "frames": updates * config.num_envs * config.num_steps,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimiser.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "history": history,
+    }
+
+
+def _resume(out: Path, env_id: str, config: ExpertConfig, model: ActorCritic,
+            optimiser: torch.optim.Optimizer, log: Callable[[str], None],
+            ) -> tuple[int, list[dict[str, Any]]]:  # fmt: skip
+    """Load the checkpoint at ``out`` into ``model`` and ``optimiser`` and restore torch's
+    random state; returns the updates done and their history. A checkpoint of another game
+    or other settings is refused, naming what differs."""
+    payload = read_checkpoint(out)
+    saved = payload.get("config_fixed") or {}
+    wanted = _explained(config)
+    if payload.get("env_id") != env_id or saved != wanted:
+        differ = ", ".join(
+            f"{k}={saved.get(k)!r} there, {wanted.get(k)!r} now"
+            for k in sorted(set(saved) | set(wanted))
+            if saved.get(k) != wanted.get(k)
+        )
+        raise UsageError(
+            f"{out} holds a run of {payload.get('env_id')} with other settings "
+            f"({differ or 'environment ' + env_id + ' now'}); resume it with the same "
+            "settings (-c KEY=VALUE) or choose another --out."
+        )
+    model.load_state_dict(payload["model"])
+    optimiser.load_state_dict(payload["optimizer"])
+    torch.set_rng_state(payload["torch_rng"])
+    start = int(payload["updates"])
+    log(f"resuming {out} at update {start} ({start * config.num_envs * config.num_steps} steps)")
+    return start, list(payload["history"])
 
 
 def _rollout(model, venv, obs, config, device, generator, episode_return, finished,
