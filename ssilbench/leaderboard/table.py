@@ -237,6 +237,22 @@ def _cell_of(record: RunRecord) -> tuple[str, str, str]:
     return record.env_label, record.method_label, record.budget
 
 
+def _differences(first: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    """The identity fields in which two runs differ, the protocol's first; inside the options
+    and the config, the keys themselves (``options.layout``), which a user can pass."""
+    rank = {k: i for i, k in enumerate(_PROTOCOL)}
+    out = []
+    for key in sorted(set(first) | set(other), key=lambda k: (rank.get(k, 99), k)):
+        a, b = first.get(key), other.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            out.append(key)
+    return out
+
+
 def check_pooling(records: list[RunRecord]) -> None:
     """Refuse to pool runs of one cell that differ in more than their seed: another
     protocol, dataset, plugin version or spec version (runs recorded before one of them
@@ -246,9 +262,7 @@ def check_pooling(records: list[RunRecord]) -> None:
         cell, identity = _cell_of(record), _identity(record)
         first = seen.setdefault(cell, identity)
         if identity != first:
-            rank = {k: i for i, k in enumerate(_PROTOCOL)}
-            keys = sorted(set(first) | set(identity), key=lambda k: (rank.get(k, 99), k))
-            differ = [k for k in keys if first.get(k) != identity.get(k)]
+            differ = _differences(first, identity)
             env, method, budget = cell
             raise UsageError(
                 f"The runs of {method} on {env} at N_L={budget} differ in "

@@ -204,3 +204,18 @@ def test_runs_recorded_before_spec_version_4_are_read_and_never_pooled_with_new_
         build_table(rows)
     assert build_table(rows, latest=True).tables[0].cell("bc", "16").n == 1
     open_datasets(SweepPlan.of(plugins, [spec]), tmp_path / "data")  # the data is still the same
+
+
+def test_a_refusal_names_the_options_and_plugins_that_differ(plugins, tmp_path):
+    [spec] = build_plan(plugins, tiny(), tmp_path / "data").runs
+    assert spec.options["layout"] == "paper"  # what a new run takes
+    # A run recorded before: without the option, by an earlier maze plugin.
+    options = {k: v for k, v in spec.options.items() if k != "layout"}
+    before = spec.model_copy(update={"options": options, "code": {**spec.code, "maze": "0" * 16}})
+    rows = [
+        RunRecord.of(before, "bc", "maze:10x10", score=0.5, metrics={}, finished_at=1.0),
+        RunRecord.of(spec.model_copy(update={"seed": 1}), "bc", "maze:10x10", score=0.5,
+                     metrics={}, finished_at=2.0),
+    ]  # fmt: skip
+    with pytest.raises(UsageError, match=r"differ in code\.maze, options\.layout \("):
+        build_table(rows)
