@@ -29,6 +29,11 @@ class ExpertConfig(BaseModel):
     seed: int = Field(0, ge=0, description="Seeds the network, the sampling and the levels.")
     checkpoint_every: int = Field(10, ge=1, description="Updates between checkpoints.")
 
+    @property
+    def steps_per_update(self) -> int:
+        """Environment steps one rollout collects (all envs): the unit of ``steps``."""
+        return self.num_envs * self.num_steps
+
 
 # Settings that may change when a run is resumed: the rest must match the checkpoint.
 RESUMABLE = {"steps", "checkpoint_every"}

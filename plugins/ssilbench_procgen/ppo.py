@@ -184,7 +184,7 @@ def train(
     ``make_env(num_envs, seed)`` builds the vectorised environment.
     """
     out = Path(out)
-    per_update = config.num_envs * config.num_steps
+    per_update = config.steps_per_update
     total_updates = max(1, -(-config.steps // per_update))
     torch.manual_seed(config.seed)
     model = ActorCritic(config.scale).to(device)
@@ -254,7 +254,7 @@ def _checkpoint(env_id: str, config: ExpertConfig, model: ActorCritic,
         "config": config.model_dump(),
         "config_fixed": _explained(config),
         "updates": updates,
-        "frames": updates * config.num_envs * config.num_steps,
+        "frames": updates * config.steps_per_update,
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "optimizer": optimiser.state_dict(),
         "torch_rng": torch.get_rng_state(),
@@ -286,7 +286,7 @@ def _resume(out: Path, env_id: str, config: ExpertConfig, model: ActorCritic,
     optimiser.load_state_dict(payload["optimizer"])
     torch.set_rng_state(payload["torch_rng"])
     start = int(payload["updates"])
-    log(f"resuming {out} at update {start} ({start * config.num_envs * config.num_steps} steps)")
+    log(f"resuming {out} at update {start} ({start * config.steps_per_update} steps)")
     return start, list(payload["history"])
 
 
