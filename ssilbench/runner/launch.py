@@ -68,9 +68,10 @@ class PreparedRun:
 
 def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[Sweep], Path]:
     """The checked plan of the sweep ``options`` describe, its sweeps and the results folder
-    (made and proved writable unless this is a dry run, which writes nothing). The sweep is
-    resolved first, so that a mistake in it leaves nothing behind; the folder is checked
-    next, before datasets are built (which may take long)."""
+    (made and proved writable unless this is a dry run, which writes nothing; removed again,
+    while empty, when the sweep is refused). The sweep is resolved first, so that a mistake
+    in it leaves nothing behind; the folder is checked next, before datasets are built
+    (which may take long)."""
     from ssilbench.planning.plan import prepare, resolve_plan
     from ssilbench.planning.sweepfile import load_blocks, plan_blocks
     from ssilbench.runs.store import ensure_writable
@@ -78,27 +79,44 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     def results_dir() -> Path:
         return options.results if options.dry_run else ensure_writable(options.results)
 
-    if options.sweep_file is not None:
-        path = options.sweep_file
-        chosen = load_blocks(path, options.blocks)
-        resolved, sweeps = plan_blocks(plugins, chosen, path, None, options.quick)
+    with _removed_if_refused(Path(options.results).expanduser()):
+        if options.sweep_file is not None:
+            path = options.sweep_file
+            chosen = load_blocks(path, options.blocks)
+            resolved, sweeps = plan_blocks(plugins, chosen, path, None, options.quick)
+            folder = results_dir()
+            try:
+                plan = prepare(resolved, options.data_root, options.datasets)
+            except PreflightError as exc:
+                raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
+            except SsilbenchError as exc:
+                raise type(exc)(f"Sweep file {path}: {exc}") from None
+            return plan, sweeps, folder
+        sweep = options.sweep()
+        resolved = resolve_plan(plugins, sweep)
         folder = results_dir()
         try:
-            plan = prepare(resolved, options.data_root, options.datasets)
-        except PreflightError as exc:
-            raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
+            return prepare(resolved, options.data_root, options.datasets), [sweep], folder
+        except PreflightError as exc:  # what planning chose for the user, then what is missing
+            raise PreflightError(_noted(resolved.notes, exc), exc.problems) from None
         except SsilbenchError as exc:
-            raise type(exc)(f"Sweep file {path}: {exc}") from None
-        return plan, sweeps, folder
-    sweep = options.sweep()
-    resolved = resolve_plan(plugins, sweep)
-    folder = results_dir()
+            raise type(exc)(_noted(resolved.notes, exc)) from None
+
+
+@contextmanager
+def _removed_if_refused(folder: Path) -> Iterator[None]:
+    """The folders made for a sweep's results are removed again, while still empty, when the
+    sweep is refused (a dataset missing, say): a refused command leaves nothing behind."""
+    made = [path for path in (folder, *folder.parents) if not path.exists()]
     try:
-        return prepare(resolved, options.data_root, options.datasets), [sweep], folder
-    except PreflightError as exc:  # what planning chose for the user, then what is missing
-        raise PreflightError(_noted(resolved.notes, exc), exc.problems) from None
-    except SsilbenchError as exc:
-        raise type(exc)(_noted(resolved.notes, exc)) from None
+        yield
+    except SsilbenchError:
+        for path in made:  # the deepest first; one that is not empty keeps its parents
+            try:
+                path.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def _noted(notes: list[str], exc: Exception) -> str:

@@ -177,6 +177,22 @@ def test_procgen_all_without_data_lists_every_game_at_once(tmp_path, capsys):
     assert _rows(tmp_path / "r") == []
 
 
+def test_a_refused_sweep_leaves_no_results_folder_behind(needy, capsys):
+    """Data missing: exit 2, and the results folders the command made for the sweep (nested,
+    here) are gone again; a folder that was already there stays, with what it holds."""
+    nested = needy / "new" / "results"
+    args = ["-p", "needy_plugin", "run", "--method", "bc", "--env", "needy:alpha", "--budgets",
+            "16", "--steps", "60", "-q", "--data-root", str(needy / "data")]  # fmt: skip
+    assert cli_exit_code(*args, "--results", str(nested)) == 2
+    assert "No needy:alpha dataset" in capsys.readouterr().err
+    assert not (needy / "new").exists()
+    kept = needy / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    assert cli_exit_code(*args, "--results", str(kept / "results")) == 2
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
+
+
 def test_a_dry_run_lists_missing_data_and_writes_nothing(needy, capsys):
     data = needy / "data"
     code = cli_exit_code("-p", "needy_plugin", "run", "--method", "bc", "--env",
