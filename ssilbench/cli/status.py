@@ -19,6 +19,7 @@ from ssilbench.cli.options import (
 from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
+    from ssilbench.plugins import Plugins
     from ssilbench.runs.records import RunRecord
 
 
@@ -46,17 +47,55 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
         raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
     with ResultsStore.open_read_only(Path(results)) as store:
         rows = [r for r in store.rows(None) if planned is None or r.spec.setup_id in planned]
-    for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS):
+    # A sweep file's planned ids already hold the installed code; without one, the runs a
+    # sweep here would not resume are found by comparing code fingerprints.
+    other = other_code(state.plugins, rows) if planned is None else {}
+    for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS, other):
         click.echo(line)
 
 
+def other_code(plugins: Plugins, rows: list[RunRecord]) -> dict[str, list[str]]:
+    """Run id -> what differs (``code.maze``, ``spec version``) for each unfinished run that
+    the plugins installed here would plan under another id: a sweep run here starts it
+    afresh, so it is no longer to go. Plugins not installed here count as other code."""
+    from ssilbench.runs.identity import plugin_code
+    from ssilbench.runs.spec import SPEC_VERSION
+
+    installed: dict[tuple, dict[str, str]] = {}
+    found: dict[str, list[str]] = {}
+    for r in rows:
+        if r.status in ("done", "failed"):
+            continue
+        spec = r.spec
+        arch = spec.config.get("arch")
+        key = (spec.method, spec.env.split(":", 1)[0], arch)
+        if key not in installed:
+            used = [(plugins.methods, key[0]), (plugins.environments, key[1]),
+                    (plugins.architectures, arch)]  # fmt: skip
+            used = [(registry, name) for registry, name in used if name in registry.entries]
+            installed[key] = plugin_code(used)
+        here = installed[key]
+        differs = [f"code.{name}" for name, print_ in sorted(spec.code.items())
+                   if here.get(name) != print_]  # fmt: skip
+        if spec.version != SPEC_VERSION:
+            differs.append("spec version")
+        if differs:
+            found[r.run_id] = differs
+    return found
+
+
 def progress_lines(
-    rows: list[RunRecord], planned: set[str] | None, now: float, checkpoints: Path | None = None
+    rows: list[RunRecord],
+    planned: set[str] | None,
+    now: float,
+    checkpoints: Path | None = None,
+    other: dict[str, list[str]] | None = None,
 ) -> list[str]:
     """The status report of the store's ``rows`` (those of the ``planned`` setup ids when
     given): counts, the groups running now and the interrupted ones that saved checkpoints
     (with the steps of their last checkpoints in the folder ``checkpoints``: where a next
-    sweep goes on from), and the time left at the last hour's rate."""
+    sweep goes on from), and the time left at the last hour's rate. Interrupted runs in
+    ``other`` (:func:`other_code`) are said apart and not counted as to go."""
     import socket
 
     from ssilbench.runs.records import is_stale
@@ -66,13 +105,20 @@ def progress_lines(
     # Read the way the next sweep will: runs left by a process that is gone are interrupted.
     rows = [replace(r, status="interrupted") if is_stale(r, host) else r for r in rows]
     by = {s: [r for r in rows if r.status == s] for s in STATUSES}
+    stale = [r for r in by["interrupted"] if r.run_id in (other or {})]
     to_go = (len(planned) - len(by["done"])) if planned is not None else (
-        len(by["running"]) + len(by["interrupted"]))  # fmt: skip
+        len(by["running"]) + len(by["interrupted"]) - len(stale))  # fmt: skip
     lines = [
         f"{len(by['done'])} done, {len(by['running'])} running, {len(by['failed'])} failed, "
         f"{len(by['interrupted'])} interrupted"
         + (f", {len(planned) - len(rows)} not started" if planned is not None else "")
     ]
+    if stale:
+        keys = sorted({key for r in stale for key in (other or {})[r.run_id]})
+        verb = "differ" if len(keys) > 1 else "differs"
+        lines.append(f"  {len(stale)} of the interrupted were recorded by other code than is "
+                     f"installed here ({', '.join(keys)} {verb}): a sweep run here starts "
+                     "them again under new run ids, so they are not counted as to go")  # fmt: skip
     groups: dict[tuple, list[RunRecord]] = {}
     for r in by["running"]:
         groups.setdefault((r.method_label, r.env_label, r.host, r.pid), []).append(r)
@@ -100,7 +146,8 @@ def progress_lines(
         window = min(3600.0, now - began)
         if window > 0:
             rate = len(recent) / window
-            lines.append(f"about {to_go / rate / 60:.0f} min to go: {to_go} runs at the last "
+            runs = f"{to_go} run" + ("s" if to_go > 1 else "")
+            lines.append(f"about {to_go / rate / 60:.0f} min to go: {runs} at the last "
                          f"hour's {rate * 60:.1f} runs/min")  # fmt: skip
     return lines
 

@@ -210,6 +210,34 @@ def test_status_counts_the_runs_of_the_blocks_asked_for(tmp_path, capsys):
     assert files(results) == before
 
 
+def test_status_tells_apart_interrupted_runs_of_other_code(tmp_path, capsys):
+    """An interrupted run recorded by other plugin code (a plugin edited mid-sweep) is one
+    that no sweep run here resumes: said apart, naming what differs, and not to go."""
+    from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
+    from ssilbench.plugins import load_plugins
+
+    study = tmp_path / "two.toml"
+    study.write_text(TWO_BLOCKS)
+    plan, _ = plan_blocks(load_plugins(), load_sweep_file(study), study, None, False)
+    specs = {s.seed: s for s in plan.runs}
+    edited = specs[3].model_copy(update={"code": {**specs[3].code, "maze": "0" * 16}})
+    results = tmp_path / "results"
+    with ResultsStore(results) as store:  # seed 0 done; 1 and 3 (other code) interrupted
+        for spec in (specs[0], specs[1], edited):
+            store.start(spec, "bc", "maze:10x10", "cpu", {"ssilbench": "0"})
+        store.finish(specs[0].run_id, OUTCOME, wall_time=2.0)
+        store.db.execute("UPDATE runs SET pid = ? WHERE status = 'running'", (DEAD_PID,))
+    code, out, _ = cli(capsys, "status", "--results", str(results))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "1 done, 0 running, 0 failed, 2 interrupted"
+    assert lines[1].startswith(
+        "  1 of the interrupted were recorded by other code than is installed here "
+        "(code.maze differs)"
+    )
+    assert lines[-1].startswith("about ") and ": 1 run at the last hour's" in lines[-1]
+
+
 def _unprivileged() -> list[str] | None:
     """A command prefix that runs as an ordinary user for whom a 0o555 folder is read-only
     (root writes anyway), or None when there is no such way here."""
