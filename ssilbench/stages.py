@@ -152,6 +152,15 @@ class StagePlan:
         self.budgets[name] = budget
         return budget
 
+    def side_stage(self, name: str, steps: int) -> StageBudget:
+        """A budget of ``steps`` for training outside the declared stages: a shared
+        initialisation (an autoencoder, a pretrained backbone) that runs of one task reuse
+        through the stage cache. Its steps are not the run's; a step-time measurement
+        limits and times them as it does a declared stage's."""
+        side = StagePlan([Stage(name, steps)], eval_every=max(steps, 1),
+                         evaluate=lambda policy: None, cache=self.cache)  # fmt: skip
+        return side.stage(name)
+
     def check_spent(self) -> dict[str, dict[str, Any]]:
         """After fit: every declared stage ran and spent its steps (or stopped early)."""
         report = {}

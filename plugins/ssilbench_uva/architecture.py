@@ -25,12 +25,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ssilbench.api import EnvSpec, Policy, RunContext, Stage
+from ssilbench.api import EnvSpec, Policy, RunContext
 from ssilbench.kit import (
     RoleModel,
     SamplingPath,
     StageBudget,
-    StagePlan,
     StoppingRule,
     UnifiedArchitecture,
     UnlabeledView,
@@ -55,13 +54,6 @@ from ssilbench_uva.task_setup import (  # noqa: F401 (REFERENCE_SETUP: here as b
     vectors,
 )
 from ssilbench_uva.training import fit
-
-
-def _side_budget(ctx: RunContext, name: str, steps: int) -> StageBudget:
-    """A budget outside the run's declared stages (shared initialisation), cached alike."""
-    plan = StagePlan([Stage(name, steps)], eval_every=max(steps, 1), evaluate=lambda p: None,
-                     cache=ctx.plan.cache)  # fmt: skip
-    return plan.stage(name)
 
 
 def _hwc_to_input(images: torch.Tensor, size: int | None = None) -> torch.Tensor:
@@ -178,7 +170,7 @@ class Shared:
                 optimise(vae.parameters(), loss, frames * len(streams), budget, lr=o.vae_lr,
                          batch_size=o.vae_batch, seed=o.init_seed)  # fmt: skip
 
-            budget = _side_budget(ctx, "uva_autoencoder", o.vae_steps)
+            budget = ctx.plan.side_stage("uva_autoencoder", o.vae_steps)
             settings = {"lr": o.vae_lr, "batch": o.vae_batch, "seed": o.init_seed,
                         "images": _digest(streams)}  # fmt: skip
             reuse_or_train("uva_autoencoder", vae, [], settings, budget, ctx.device, train)
@@ -452,7 +444,7 @@ def pretrain(ctx: RunContext, shared: Shared, net: UVANet) -> None:
     """Video-model mode on every D_U window, under the shared seed (cached)."""
     o = shared.options
     model = UVARoleModel(shared, init_state=None, net=net)
-    budget = _side_budget(ctx, "uva_pretrain", o.pretrain_steps)
+    budget = ctx.plan.side_stage("uva_pretrain", o.pretrain_steps)
     model.train(["video"], ctx.unlabeled, budget, seed=o.init_seed)
     ctx.log(f"uva: pretrained in video mode on D_U for {budget.used} steps"
             + (" (reused)" if budget.reused else ""))  # fmt: skip

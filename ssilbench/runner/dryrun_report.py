@@ -99,6 +99,7 @@ class DryRun:
                 )
                 + "."
             )
+        lines += self._outside_stages()
         lines += self._smaller_here()
         unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
         if unmeasured:
@@ -131,6 +132,25 @@ class DryRun:
                     "s/step is one run's share."
                 )
         return "\n".join(lines)
+
+    def _outside_stages(self) -> list[str]:
+        """Training that a measurement timed outside the declared stages (a shared
+        initialisation, ``StagePlan.side_stage``): not in the estimate, and said so."""
+        declared = {(w.method, w.stage) for w in self.works}
+        found: dict[tuple[str, str], float] = {}
+        for method, m in self.measurements.values():
+            for name, timing in (m.stages if m is not None else {}).items():
+                if (method, name) not in declared:
+                    found.setdefault((method, name), timing.seconds_per_step)
+        if not found:
+            return []
+        listed = ", ".join(f"{method} {name} ({seconds:.4g} s/step)"
+                           for (method, name), seconds in sorted(found.items()))  # fmt: skip
+        return [
+            f"Not in the estimate: {listed}. These train outside the declared stages, once "
+            "for the runs of a task that share them (later runs reuse them from the stage "
+            "cache); their steps are a setting of the method or architecture (its card)."
+        ]
 
     def _smaller_here(self) -> list[str]:
         """On a CPU, for a sweep estimated over LONG_ON_CPU_S of wall time: the settings

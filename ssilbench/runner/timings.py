@@ -39,7 +39,7 @@ from ssilbench.data.datasets import TransitionStore
 from ssilbench.data.tensors import as_model_input
 from ssilbench.planning.plan import MethodInfo, TaskInfo
 from ssilbench.runner.worker import RunInputs
-from ssilbench.stages import StageBudget, StagePlan
+from ssilbench.stages import Stage, StageBudget, StagePlan, StepParityError
 
 FILE = "timings.json"
 SAMPLE_FRAMES = 1024
@@ -183,10 +183,19 @@ class _TimedPlan(StagePlan):
     counter: Any = None
 
     def stage(self, name: str, policy: Any = None) -> StageBudget:
-        budget = super().stage(name, policy)
-        timed = _TimedBudget(budget.stage, self, policy)
+        return self._timed(super().stage(name, policy).stage, policy)
+
+    def side_stage(self, name: str, steps: int) -> StageBudget:
+        # Limited as a declared stage is (a paper-size pretraining would otherwise run its
+        # tens of thousands of steps inside a dry run), and timed apart from "other".
+        if name in self.budgets:
+            raise StepParityError(f"stage '{name}' was opened twice")
+        return self._timed(Stage(name, steps), None)
+
+    def _timed(self, stage: Stage, policy: Any) -> StageBudget:
+        timed = _TimedBudget(stage, self, policy)
         timed.limit, timed.stamps, timed.counter = self.limit, [], self.counter
-        self.budgets[name] = timed
+        self.budgets[stage.name] = timed
         return timed
 
 

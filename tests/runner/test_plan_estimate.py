@@ -247,3 +247,34 @@ def test_a_sweep_over_an_hour_on_a_cpu_is_told_what_would_fit(plan):
     assert "On this CPU that is about 4.0 h. To try the sweep here first: --steps-scale 0.1" in long
     assert "fewer label budgets or seeds" in long and "--device cuda" in long
     assert "To try the sweep here first" not in rendered(1.0)  # 4 min: nothing to suggest
+
+
+def _pretrain_then_fit(self, ctx):
+    """A pretraining outside the declared stages, far too long for a measurement to train
+    whole, then the method's own fit."""
+    side = ctx.plan.side_stage("pretrain", 10**9)
+    while side.remaining:
+        side.tick()
+    return type(self).__mro__[1].fit(self, ctx)
+
+
+def test_training_outside_the_stages_is_timed_briefly_and_left_out_of_the_estimate(tmp_path):
+    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"], seeds=[0], steps=STEPS)
+    plan = build_plan(PLUGINS, sweep, tmp_path / "data")
+    spec = plan.runs[0]
+    bc = plan.method_of(spec)
+    bc.cls = type("PretrainedBC", (bc.cls,), {"fit": _pretrain_then_fit})
+    torch.set_num_threads(1)
+    timings = Timings(None)
+    for labeled in (None, 16):
+        m = measure(bc, plan.task_of(spec), PLUGINS, torch.device("cpu"), steps=3,
+                    labeled=labeled)  # fmt: skip
+        assert m.stages["pretrain"].steps_timed == 2  # 3 steps: 2 intervals, not 10**9
+        assert set(m.stages) == {"pretrain", "policy"}
+        timings.add(m)
+    settings = DryRunSettings(measure_missing=False, shipped=False)
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()), settings)
+    assert [(w.method, w.stage) for w in report.works] == [("bc", "policy")]
+    text = report.render()
+    assert "Not in the estimate: bc pretrain (" in text, text
+    assert "train outside the declared stages" in text

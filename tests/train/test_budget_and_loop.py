@@ -111,6 +111,21 @@ def test_an_undeclared_stage_cannot_be_opened():
         plan.stage("b")
 
 
+def test_a_side_stage_trains_apart_from_the_runs_steps():
+    """A shared initialisation: its own budget, reused through the run's cache, neither in
+    the run's global step nor in what ``check_spent`` asks of the declared stages."""
+    plan, _ = make_plan(Stage("a", 4))
+    plan.cache = object()
+    side = plan.side_stage("pretrain", 3)
+    assert side.plan.cache is plan.cache and side.stage.steps == 3
+    run(side, 3)
+    assert side.remaining == 0 and plan.global_step == 0
+    with pytest.raises(StepParityError, match="more than its 3 steps"):
+        side.tick()
+    run(plan.stage("a"), 4)
+    assert set(plan.check_spent()) == {"a"}
+
+
 def test_a_stage_cannot_be_opened_twice():
     plan, _ = make_plan(Stage("a", 4))
     plan.stage("a")
