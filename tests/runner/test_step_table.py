@@ -4,6 +4,7 @@ where they were measured, and measures on this device only when asked (``--measu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,6 +187,37 @@ def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_c
     text = report.render()
     assert "4 shipped with ssilbench, measured on cpu (" in text
     assert "scaled by counted FLOPs" in text and "lapo paper N_L=1,024" in text
+
+
+def test_the_shipped_counts_price_the_manipulation_paper_sweep_without_counting(
+    tmp_path, monkeypatch
+):
+    """Figure 6's sweep (UVA's networks at the paper's sizes on Push-T and LIBERO-10):
+    counting its FLOPs takes minutes a key, so the shipped file holds them; the shared
+    pretraining outside the declared stages is named as not in the estimate."""
+    from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
+    from ssilbench.runner import dryrun, step_flops
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.step_flops import SHIPPED_FLOPS
+    from ssilbench.runner.workload import Recorded
+
+    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(SHIPPED))
+    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(SHIPPED_FLOPS))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a dry run of the paper's sweep measured or counted")
+
+    monkeypatch.setattr(dryrun, "measure", refused)
+    monkeypatch.setattr(step_flops, "count_flops", refused)
+    path = Path(__file__).parents[2] / "benchmarks" / "paper" / "manipulation.toml"
+    plan, _ = plan_blocks(PLUGINS, load_sweep_file(path), path, tmp_path / "data", False,
+                          datasets="read")  # fmt: skip
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
+                     DryRunSettings(measure_missing=False))  # fmt: skip
+    assert {w.method for w in report.works} == {"bc", "idm_labeling", "vm_idm", "uva"}
+    assert all(w.seconds is not None for w in report.works if w.to_train)
+    text = report.render()
+    assert "Not in the estimate: bc uva_autoencoder (" in text and "uva uva_pretrain (" in text
 
 
 def test_counting_by_shape_finds_the_flops_that_computing_counts(tmp_path):
