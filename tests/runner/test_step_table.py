@@ -155,13 +155,12 @@ def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measur
     assert "idm_labeling" not in priced and "bc" in priced
 
 
-def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_counting(
-    tmp_path, monkeypatch
-):
+@pytest.fixture
+def shipped_only(monkeypatch):
+    """The shipped step times and FLOP counts, and a dry run that may neither measure nor
+    count (minutes a key at the paper's sizes)."""
     from ssilbench.runner import dryrun, step_flops
-    from ssilbench.runner.dryrun import DryRunSettings, dry_run
     from ssilbench.runner.step_flops import SHIPPED_FLOPS
-    from ssilbench.runner.workload import Recorded
 
     monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(SHIPPED))
     monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(SHIPPED_FLOPS))
@@ -171,6 +170,14 @@ def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_c
 
     monkeypatch.setattr(dryrun, "measure", refused)
     monkeypatch.setattr(step_flops, "count_flops", refused)
+
+
+def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_counting(
+    tmp_path, shipped_only
+):
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.workload import Recorded
+
     # the paper's four methods at its smallest, a measured and its largest label budget
     sweep = Sweep(methods=["bc", "idm_labeling", "lapo", "lapo_plus"], envs=["procgen:bigfish"],
                   budgets=["16", "1024", "all"], seeds=[11], steps=120000)  # fmt: skip
@@ -190,25 +197,15 @@ def test_the_shipped_tables_price_the_procgen_paper_sweep_without_measuring_or_c
 
 
 def test_the_shipped_counts_price_the_manipulation_paper_sweep_without_counting(
-    tmp_path, monkeypatch
+    tmp_path, shipped_only
 ):
     """Figure 6's sweep (UVA's networks at the paper's sizes on Push-T and LIBERO-10):
     counting its FLOPs takes minutes a key, so the shipped file holds them; the shared
     pretraining outside the declared stages is named as not in the estimate."""
     from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
-    from ssilbench.runner import dryrun, step_flops
     from ssilbench.runner.dryrun import DryRunSettings, dry_run
-    from ssilbench.runner.step_flops import SHIPPED_FLOPS
     from ssilbench.runner.workload import Recorded
 
-    monkeypatch.setenv("SSILBENCH_STEP_TABLE", str(SHIPPED))
-    monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(SHIPPED_FLOPS))
-
-    def refused(*args, **kwargs):
-        raise AssertionError("a dry run of the paper's sweep measured or counted")
-
-    monkeypatch.setattr(dryrun, "measure", refused)
-    monkeypatch.setattr(step_flops, "count_flops", refused)
     path = Path(__file__).parents[2] / "benchmarks" / "paper" / "manipulation.toml"
     plan, _ = plan_blocks(PLUGINS, load_sweep_file(path), path, tmp_path / "data", False,
                           datasets="read")  # fmt: skip
