@@ -54,10 +54,6 @@ FAST_DIFFERS: dict[tuple[str, str], str] = {
         "stochastic-environment-one-draw",
         "A linear IDM yields a strong VM*-IDM policy as long as p(no-op) < 1 (beats LC BC)",
     ): "as in stochastic-environment: 2,000 steps leave the linear IDM at 0.408 (split 0.125)",
-    (
-        "stochastic-expert",
-        "As the expert grows more stochastic, BC loses more to IDM labeling with few labels",
-    ): "two seeds of 1,000 steps: the mean gap is +0.167 at p(right) 1.0, -0.167 at 0.5",
 }
 
 
