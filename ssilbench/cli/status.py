@@ -67,13 +67,12 @@ def other_code(plugins: Plugins, rows: list[RunRecord]) -> dict[str, list[str]]:
         if r.status in ("done", "failed"):
             continue
         spec = r.spec
-        arch = spec.config.get("arch")
-        key = (spec.method, spec.env.split(":", 1)[0], arch)
+        key = (spec.method, spec.env.split(":", 1)[0], spec.config.get("arch"))
         if key not in installed:
-            used = [(plugins.methods, key[0]), (plugins.environments, key[1]),
-                    (plugins.architectures, arch)]  # fmt: skip
-            used = [(registry, name) for registry, name in used if name in registry.entries]
-            installed[key] = plugin_code(used)
+            registries = (plugins.methods, plugins.environments, plugins.architectures)
+            installed[key] = plugin_code([(registry, name) for registry, name
+                                          in zip(registries, key, strict=True)
+                                          if name in registry.entries])  # fmt: skip
         here = installed[key]
         differs = [f"code.{name}" for name, print_ in sorted(spec.code.items())
                    if here.get(name) != print_]  # fmt: skip
@@ -105,7 +104,8 @@ def progress_lines(
     # Read the way the next sweep will: runs left by a process that is gone are interrupted.
     rows = [replace(r, status="interrupted") if is_stale(r, host) else r for r in rows]
     by = {s: [r for r in rows if r.status == s] for s in STATUSES}
-    stale = [r for r in by["interrupted"] if r.run_id in (other or {})]
+    other = other or {}
+    stale = [r for r in by["interrupted"] if r.run_id in other]
     to_go = (len(planned) - len(by["done"])) if planned is not None else (
         len(by["running"]) + len(by["interrupted"]) - len(stale))  # fmt: skip
     lines = [
@@ -114,7 +114,7 @@ def progress_lines(
         + (f", {len(planned) - len(rows)} not started" if planned is not None else "")
     ]
     if stale:
-        keys = sorted({key for r in stale for key in (other or {})[r.run_id]})
+        keys = sorted({key for r in stale for key in other[r.run_id]})
         verb = "differ" if len(keys) > 1 else "differs"
         lines.append(f"  {len(stale)} of the interrupted were recorded by other code than is "
                      f"installed here ({', '.join(keys)} {verb}): a sweep run here starts "
