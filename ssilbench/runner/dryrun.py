@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,6 +100,7 @@ def dry_run(
     for index in pending:
         tally.add(index)
     ordered = sorted(tally.works.values(), key=lambda w: (w.method, w.stage))
+    ordered += tally.side_works()
     training = None
     if all(w.seconds is not None for w in ordered):
         training = sum(w.seconds for w in ordered)  # type: ignore[misc]
@@ -240,6 +242,8 @@ class _Tally:
         self.planned: set[str] = set()  # shared stages counted already (by any method)
         self.evaluation = self.other = 0.0
         self.eval_known = self.other_known = True
+        self.side: dict[tuple, list[tuple[str, float]]] = {}
+        """Side stages by what identifies one training: (method, step time) of each run."""
 
     def add(self, index: int) -> None:
         """Count the run's stages, data preparation and evaluations."""
@@ -248,6 +252,7 @@ class _Tally:
         if m is None:
             self.eval_known = self.other_known = False
             return
+        self._add_side_stages(index, m)
         spec = self.plan.runs[index]
         task = self.plan.task_of(spec)
         dataset = task.dataset
@@ -285,6 +290,36 @@ class _Tally:
                 work.unknown = True
             else:
                 work.compute += stage.steps * seconds
+
+    def _add_side_stages(self, index: int, m: Measurement) -> None:
+        """Note the stages the run trains outside its declared ones (``StagePlan.side_stage``,
+        found by its measurement with the steps it asks): the same name, steps and FLOPs per
+        step on one task is taken as one training, shared by every run that reaches it (as a
+        shared initialisation is, through the stage cache)."""
+        spec = self.plan.runs[index]
+        for name, timing in m.stages.items():
+            if timing.side_steps is None:
+                continue
+            flops = timing.flops_per_step
+            identity = (spec.env, name, timing.side_steps,
+                        None if flops is None else float(f"{flops:.3g}"))  # fmt: skip
+            self.side.setdefault(identity, []).append((spec.method, timing.seconds_per_step))
+
+    def side_works(self) -> list[StageWork]:
+        """One row per side stage and step count: a training per identity (see
+        :meth:`_add_side_stages`), each at the median of its runs' step times (the same
+        training, measured or scaled for each method)."""
+        rows: dict[tuple[str, int], StageWork] = {}
+        methods: dict[tuple[str, int], set[str]] = {}
+        for (_, name, steps, _), found in self.side.items():
+            work = rows.setdefault((name, steps), StageWork("", name, steps, True, outside=True))
+            methods.setdefault((name, steps), set()).update(method for method, _ in found)
+            work.runs += len(found)
+            work.trainings += 1
+            work.compute += steps * statistics.median(seconds for _, seconds in found)
+        for key, work in rows.items():
+            work.method = ",".join(sorted(methods[key]))
+        return sorted(rows.values(), key=lambda w: (w.stage, w.steps))
 
 
 def interpolate(

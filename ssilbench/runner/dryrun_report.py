@@ -79,6 +79,14 @@ class DryRun:
                     "  * shared: trained once for every run that needs it (by the "
                     "first of them), or taken from the stage cache"
                 )
+            outside = sorted({w.stage for w in self.works if w.outside})
+            if outside:
+                lines.append(
+                    f"  * {', '.join(outside)}: trained outside the declared stages (a shared "
+                    "initialisation), once per task for every method, budget and seed that "
+                    "reaches it, at the median of their step times; not looked up in the "
+                    "stage cache"
+                )
         lines.append("")
         parts = [
             ("training", self.training_s),
@@ -135,12 +143,13 @@ class DryRun:
 
     def _outside_stages(self) -> list[str]:
         """Training that a measurement timed outside the declared stages (a shared
-        initialisation, ``StagePlan.side_stage``): not in the estimate, and said so."""
+        initialisation, ``StagePlan.side_stage``) without the steps it asks (kept before
+        they were recorded): not in the estimate, and said so."""
         declared = {(w.method, w.stage) for w in self.works}
         found: dict[tuple[str, str], float] = {}
         for method, m in self.measurements.values():
             for name, timing in (m.stages if m is not None else {}).items():
-                if (method, name) not in declared:
+                if (method, name) not in declared and timing.side_steps is None:
                     found.setdefault((method, name), timing.seconds_per_step)
         if not found:
             return []

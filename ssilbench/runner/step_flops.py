@@ -19,7 +19,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +56,9 @@ class FlopCount:
     """Outside the stages' steps (labelling D_U, computing targets) per D_U transition."""
     eval_forward: float
     """One policy call on ``eval_episodes`` observations."""
+    side_steps: dict[str, int] = field(default_factory=dict)
+    """The steps asked of each stage trained outside the declared ones (a shared
+    initialisation, ``StagePlan.side_stage``), so that a dry run can price it."""
 
 
 def flops_path() -> Path:
@@ -110,7 +113,7 @@ def count_flops(method: MethodInfo, task: TaskInfo, plugins, labeled: int | None
     module docstring). Torch's random state is left as it was."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ssilbench.runner.timings import MAX_LABELED, _fit_timed, _sample_store
+    from ssilbench.runner.timings import MAX_LABELED, _fit_timed, _sample_store, side_steps
 
     if labeled is not None:
         labeled = max(1, min(labeled, MAX_LABELED))
@@ -125,15 +128,17 @@ def count_flops(method: MethodInfo, task: TaskInfo, plugins, labeled: int | None
                                    labeled=labeled)  # fmt: skip
             total = float(counter.get_total_flops())
             eval_forward = _policy_call_flops(plan.policy, task, store, counter)
-    stages, stepping = {}, 0.0
+    stages, stepping, side = {}, 0.0, {}
     for name, budget in plan.budgets.items():
         if len(budget.stamps) < 2:
             continue
         (_, f0), (_, f1) = budget.stamps[:2]
         stages[name] = f1 - f0
         stepping += stages[name] * budget.used
+        if (steps := side_steps(plan, name)) is not None:
+            side[name] = steps
     other = max(0.0, total - stepping) / max(store.num_transitions, 1)
-    return FlopCount(stages, other, eval_forward)
+    return FlopCount(stages, other, eval_forward, side)
 
 
 def _policy_call_flops(policy, task: TaskInfo, store, counter) -> float:
@@ -184,6 +189,8 @@ class FlopTable:
     def save(self) -> None:
         """Write the counts (a temporary file, renamed), sorted by key."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        data = {k: asdict(v) for k, v in sorted(self.items.items())}
+        # side_steps only where there are side stages: the other entries keep their text
+        data = {k: {f: v for f, v in asdict(c).items() if f != "side_steps" or v}
+                for k, c in sorted(self.items.items())}  # fmt: skip
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.path)

@@ -94,7 +94,8 @@ class StepTable:
                 return None
             k, m, c, s = min(candidates, key=lambda a, name=name, f=f: (
                 a[3] != name, *_distance(fields, a[0], f, a[2].stages[a[3]])))  # fmt: skip
-            stages[name] = StageTiming(m.stages[s].seconds_per_step * f / c.stages[s], f)
+            stages[name] = StageTiming(m.stages[s].seconds_per_step * f / c.stages[s], f,
+                                       side_steps=flops.side_steps.get(name))  # fmt: skip
             used.add(k)
         other, k = _scaled_rate(fields, anchors, flops.other_per_transition,
                                 lambda m: m.other_seconds_per_transition,
@@ -141,8 +142,8 @@ class StepTable:
             return None
         if at_lo.stages.keys() != at_hi.stages.keys():
             return None
-        stages = {name: StageTiming(_line(n, lo, hi, t.seconds_per_step,
-                                          at_hi.stages[name].seconds_per_step), t.flops_per_step)
+        stages = {name: replace(t, seconds_per_step=_line(n, lo, hi, t.seconds_per_step,
+                                                           at_hi.stages[name].seconds_per_step))
                   for name, t in at_lo.stages.items()}  # fmt: skip
         return replace(at_lo, stages=stages, labeled=n)
 

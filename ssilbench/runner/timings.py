@@ -55,6 +55,9 @@ class StageTiming:
     seconds_per_step: float
     flops_per_step: float | None = None
     steps_timed: int = 0
+    side_steps: int | None = None
+    """The steps a run asks of this stage where it trains outside the declared stages
+    (``StagePlan.side_stage``: a shared initialisation); None for a declared stage."""
 
 
 @dataclass
@@ -87,6 +90,16 @@ class Measurement:
     def from_json(cls, data: dict[str, Any]) -> Measurement:
         stages = {k: StageTiming(**v) for k, v in data["stages"].items()}
         return cls(**{**data, "stages": stages})
+
+
+def _as_json(m: Measurement) -> dict[str, Any]:
+    """``m`` as kept in the file: a declared stage's timing without ``side_steps``, so that
+    files written before side stages were priced keep their text."""
+    data = asdict(m)
+    for timing in data["stages"].values():
+        if timing["side_steps"] is None:
+            del timing["side_steps"]
+    return data
 
 
 def device_description(device: torch.device) -> str:
@@ -158,7 +171,7 @@ class Timings:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps([asdict(m) for m in self.items.values()], indent=1))
+        tmp.write_text(json.dumps([_as_json(m) for m in self.items.values()], indent=1))
         os.replace(tmp, self.path)
 
 
@@ -327,7 +340,8 @@ def measure(
             if counted is not None and len(counted.budgets[name].stamps) >= 2:
                 (_, f0), (_, f1) = counted.budgets[name].stamps[:2]
                 per_flop = f1 - f0
-            stages[name] = StageTiming(per_step / stacked, per_flop, len(times) - 1)
+            stages[name] = StageTiming(per_step / stacked, per_flop, len(times) - 1,
+                                       side_steps(plan, name))  # fmt: skip
         # What is not stepping (labelling D_U, gathering data) grows with D_U.
         other = max(0.0, total - stepping) / stacked / max(store.num_transitions, 1)
         eval_forward = _policy_call_seconds(plan.policy, task.spec, store, device)
@@ -342,6 +356,13 @@ def measure(
         load=load_average(),
         labeled=labeled,
     )
+
+
+def side_steps(plan: StagePlan, name: str) -> int | None:
+    """The steps asked of ``name`` where it is a side stage of ``plan`` (None: declared)."""
+    if any(stage.name == name for stage in plan.stages):
+        return None
+    return plan.budgets[name].stage.steps
 
 
 def load_average() -> float | None:

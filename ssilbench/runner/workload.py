@@ -34,6 +34,8 @@ class StageWork:
     """Seconds of the trainings to do, each at its run's step time (alone or stacked)."""
     unknown: bool = False
     """Some training to do has no measured step time."""
+    outside: bool = False
+    """Trained outside the declared stages (``StagePlan.side_stage``), once per task."""
 
     @property
     def to_train(self) -> int:

@@ -249,32 +249,68 @@ def test_a_sweep_over_an_hour_on_a_cpu_is_told_what_would_fit(plan):
     assert "To try the sweep here first" not in rendered(1.0)  # 4 min: nothing to suggest
 
 
+PRETRAIN_STEPS = 10**6
+
+
 def _pretrain_then_fit(self, ctx):
     """A pretraining outside the declared stages, far too long for a measurement to train
     whole, then the method's own fit."""
-    side = ctx.plan.side_stage("pretrain", 10**9)
+    side = ctx.plan.side_stage("pretrain", PRETRAIN_STEPS)
     while side.remaining:
         side.tick()
     return type(self).__mro__[1].fit(self, ctx)
 
 
-def test_training_outside_the_stages_is_timed_briefly_and_left_out_of_the_estimate(tmp_path):
-    sweep = Sweep(methods=["bc"], envs=["maze:10x10"], budgets=["16"], seeds=[0], steps=STEPS)
+def _pretraining_sweep(tmp_path):
+    """bc and idm_labeling on one task, both pretraining the same way first: a plan and
+    their measurements (3 steps of each stage)."""
+    sweep = Sweep(methods=["bc", "idm_labeling"], envs=["maze:10x10"], budgets=["16"],
+                  seeds=[0, 1], steps=STEPS)  # fmt: skip
     plan = build_plan(PLUGINS, sweep, tmp_path / "data")
-    spec = plan.runs[0]
-    bc = plan.method_of(spec)
-    bc.cls = type("PretrainedBC", (bc.cls,), {"fit": _pretrain_then_fit})
     torch.set_num_threads(1)
     timings = Timings(None)
-    for labeled in (None, 16):
-        m = measure(bc, plan.task_of(spec), PLUGINS, torch.device("cpu"), steps=3,
-                    labeled=labeled)  # fmt: skip
-        assert m.stages["pretrain"].steps_timed == 2  # 3 steps: 2 intervals, not 10**9
-        assert set(m.stages) == {"pretrain", "policy"}
-        timings.add(m)
-    settings = DryRunSettings(measure_missing=False, shipped=False)
+    for spec in plan.runs[::2]:  # one run of each method
+        method = plan.method_of(spec)
+        method.cls = type(f"Pretrained{method.cls.__name__}", (method.cls,),
+                          {"fit": _pretrain_then_fit})  # fmt: skip
+        for labeled in (None, 16):
+            m = measure(method, plan.task_of(spec), PLUGINS, torch.device("cpu"), steps=3,
+                        labeled=labeled)  # fmt: skip
+            assert m.stages["pretrain"].steps_timed == 2  # 3 steps: 2 intervals, not 10**6
+            assert m.stages["pretrain"].side_steps == PRETRAIN_STEPS
+            assert all(t.side_steps is None for name, t in m.stages.items() if name != "pretrain")
+            timings.add(m)
+    return plan, timings
+
+
+def test_training_outside_the_stages_is_timed_briefly_and_priced_once_per_task(tmp_path):
+    plan, timings = _pretraining_sweep(tmp_path)
+    settings = DryRunSettings(measure_missing=False, shipped=False, stack=False)
     report = dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()), settings)
-    assert [(w.method, w.stage) for w in report.works] == [("bc", "policy")]
+    [side] = [w for w in report.works if w.outside]
+    # four runs of two methods reach it; it trains once, for the task
+    assert (side.method, side.stage, side.steps) == ("bc,idm_labeling", "pretrain", PRETRAIN_STEPS)
+    assert (side.runs, side.trainings, side.to_train) == (4, 1, 1)
+    # the step times at the runs' label budget, one of each method
+    measured = [m.stages["pretrain"].seconds_per_step for m in timings.items.values()
+                if m.labeled == 16]  # fmt: skip
+    assert side.seconds == pytest.approx(PRETRAIN_STEPS * sum(measured) / 2)  # their median
+    declared = sum(w.seconds for w in report.works if not w.outside)
+    assert report.training_s == pytest.approx(declared + side.seconds)
     text = report.render()
-    assert "Not in the estimate: bc pretrain (" in text, text
+    assert "  * pretrain: trained outside the declared stages" in text, text
+    assert "Not in the estimate" not in text
+
+
+def test_training_outside_the_stages_kept_without_its_steps_is_named_not_priced(tmp_path):
+    """Step times kept before side stages recorded their steps: named, not in the sum."""
+    plan, timings = _pretraining_sweep(tmp_path)
+    for m in timings.items.values():
+        m.stages["pretrain"].side_steps = None
+    settings = DryRunSettings(measure_missing=False, shipped=False, stack=False)
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()), settings)
+    assert not any(w.outside for w in report.works)
+    assert report.training_s == pytest.approx(sum(w.seconds for w in report.works))
+    text = report.render()
+    assert "Not in the estimate: bc pretrain (" in text and "idm_labeling pretrain (" in text
     assert "train outside the declared stages" in text
