@@ -72,21 +72,7 @@ class DryRun:
                 "runs where the data it builds is the data they were recorded with.)"
             )
         lines += self._dataset_lines()
-        if self.works:
-            lines += ["", "Stages to train:", _table(self.works)]
-            if any(w.shared for w in self.works):
-                lines.append(
-                    "  * shared: trained once for every run that needs it (by the "
-                    "first of them), or taken from the stage cache"
-                )
-            outside = sorted({w.stage for w in self.works if w.outside})
-            if outside:
-                lines.append(
-                    f"  * {', '.join(outside)}: trained outside the declared stages (a shared "
-                    "initialisation), once per task for every method, budget and seed that "
-                    "reaches it, at the median of their step times; not looked up in the "
-                    "stage cache"
-                )
+        lines += self._stage_lines()
         lines.append("")
         parts = [
             ("training", self.training_s),
@@ -140,6 +126,26 @@ class DryRun:
                     "s/step is one run's share."
                 )
         return "\n".join(lines)
+
+    def _stage_lines(self) -> list[str]:
+        """The table of the stages to train, with what its marks mean."""
+        if not self.works:
+            return []
+        lines = ["", "Stages to train:", _table(self.works)]
+        if any(w.shared for w in self.works):
+            lines.append(
+                "  * shared: trained once for every run that needs it (by the "
+                "first of them), or taken from the stage cache"
+            )
+        outside = sorted({w.stage for w in self.works if w.outside})
+        if outside:
+            lines.append(
+                f"  * {', '.join(outside)}: trained outside the declared stages (a shared "
+                "initialisation), once per task for every method, budget and seed that "
+                "reaches it, at the median of their step times; not looked up in the "
+                "stage cache"
+            )
+        return lines
 
     def _outside_stages(self) -> list[str]:
         """Training that a measurement timed outside the declared stages (a shared
