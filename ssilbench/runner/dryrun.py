@@ -309,17 +309,17 @@ class _Tally:
         """One row per side stage and step count: a training per identity (see
         :meth:`_add_side_stages`), each at the median of its runs' step times (the same
         training, measured or scaled for each method)."""
-        rows: dict[tuple[str, int], StageWork] = {}
-        methods: dict[tuple[str, int], set[str]] = {}
+        trainings: dict[tuple[str, int], list[list[tuple[str, float]]]] = {}
         for (_, name, steps, _), found in self.side.items():
-            work = rows.setdefault((name, steps), StageWork("", name, steps, True, outside=True))
-            methods.setdefault((name, steps), set()).update(method for method, _ in found)
-            work.runs += len(found)
-            work.trainings += 1
-            work.compute += steps * statistics.median(seconds for _, seconds in found)
-        for key, work in rows.items():
-            work.method = ",".join(sorted(methods[key]))
-        return sorted(rows.values(), key=lambda w: (w.stage, w.steps))
+            trainings.setdefault((name, steps), []).append(found)
+        rows = []
+        for (name, steps), each in sorted(trainings.items()):
+            runs = [run for found in each for run in found]
+            compute = sum(steps * statistics.median(s for _, s in found) for found in each)
+            rows.append(StageWork(",".join(sorted({method for method, _ in runs})), name, steps,
+                                  True, len(runs), len(each), compute=compute,
+                                  outside=True))  # fmt: skip
+        return rows
 
 
 def interpolate(
