@@ -31,7 +31,14 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ssilbench.data.split import parse_budget
 from ssilbench.errors import PreflightError, SsilbenchError, UsageError, safe_file_name
@@ -190,7 +197,9 @@ class Claim(BaseModel):
     every budget. ``beats``: ``method`` is established above ``other`` at the ``budgets``
     smallest budgets in every panel. ``gap_grows``: the gap method − other over those
     budgets is established to grow from one selected panel to the next (panels in the order
-    of ``panels``; a bootstrap over seeds).
+    of ``panels``; a bootstrap over seeds). ``up_to`` (beats, gap_grows) keeps those budgets
+    at or below one label, so that a protocol planning fewer budgets (the fast one) is not
+    judged on a low-data claim at its largest.
     """
 
     model_config = _STRICT
@@ -202,6 +211,9 @@ class Claim(BaseModel):
     panels: list[str] = Field(default_factory=list, description="Panel-title prefixes; [] = all.")
     threshold: float = 1.0
     budgets: int = Field(2, ge=1)
+    up_to: str | None = Field(
+        None, description="The largest budget a beats or gap_grows claim is judged at."
+    )
     scope: str = Field(
         "",
         description="Why the claim is judged at its budgets where the paper names none (one "
@@ -212,6 +224,19 @@ class Claim(BaseModel):
     @classmethod
     def _check_scope(cls, value: str) -> str:
         return _line(value, "scope")
+
+    @field_validator("up_to", mode="before")
+    @classmethod
+    def _check_up_to(cls, value: Any) -> str | None:  # a count, a fraction or 'all', as TOML has it
+        return None if value is None else _budgets([value])[0]
+
+    @model_validator(mode="after")
+    def _up_to_needs_low_budgets(self) -> Claim:
+        if self.up_to is not None and self.check not in ("beats", "gap_grows"):
+            raise ValueError(
+                f"up_to applies to beats and gap_grows claims, not {self.check}: remove it"
+            )
+        return self
 
 
 class SweepFile(BaseModel):
@@ -290,7 +315,8 @@ def _problems(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             problems.append(f"unknown key '{where}'")
         elif err["type"] == "value_error":  # our own validators name the value
-            problems.append(f"'{where}': {err['msg'].removeprefix('Value error, ')}")
+            message = err["msg"].removeprefix("Value error, ").rstrip(".")
+            problems.append(f"'{where}': {message}")
         else:
             got = err.get("input")
             shown = f" (got {got!r})" if isinstance(got, str | int | float) else ""
@@ -334,7 +360,7 @@ def load_sweep_file(path: Path) -> SweepFile:
             "labels, quick, claim; "
             "[[block]]: panel, name, methods, envs, budgets, seeds, options, config, steps, "
             "steps_scale, eval_every, stop_early, rollouts, quick; "
-            "[[claim]]: text, check, method, other, panels, threshold, budgets, scope"
+            "[[claim]]: text, check, method, other, panels, threshold, budgets, up_to, scope"
         )
         raise UsageError(
             f"Sweep file {path}: {_problems(exc)}. Allowed keys — {allowed}."

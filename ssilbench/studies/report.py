@@ -25,8 +25,8 @@ The checks (seeds are the values of one method at one budget in one panel; ``EPS
 - ``never_reaches``: at every planned budget of each selected panel. Supports: one-sample one-sided
   t-test of mean < threshold (the one-sided 95% upper confidence bound is below the
   threshold). Refutes: at least two seeds and every seed >= threshold - EPS.
-- ``beats``: at the ``budgets`` smallest budgets planned for both methods, in each selected
-  panel.
+- ``beats``: at the ``budgets`` smallest budgets planned for both methods (those at most
+  ``up_to`` where the claim sets it), in each selected panel.
   Supports: one-sided t-test of method > other; refutes: of other > method. Paired (the
   per-seed differences) where both methods ran the same seeds once each, since runs of one
   seed share the labeled subset; Welch's otherwise (degrees of freedom rounded down).
@@ -248,9 +248,13 @@ def _compare(mine: Series, theirs: Series, budget: str) -> TTest:
 
 
 def _low_budgets(claim: Claim, mine: Series, theirs: Series) -> list[str]:
-    """The claim's smallest budgets planned for both methods."""
+    """The claim's smallest budgets planned for both methods (at most ``up_to``)."""
     theirs_planned = set(theirs.budgets())
-    return [b for b in mine.budgets() if b in theirs_planned][: claim.budgets]
+    both = [b for b in mine.budgets() if b in theirs_planned]
+    if claim.up_to is not None:
+        ceiling = budget_sort_key(claim.up_to)
+        both = [b for b in both if budget_sort_key(b) <= ceiling]
+    return both[: claim.budgets]
 
 
 def _needed(claim: Claim, panel: Panel) -> list[str]:
@@ -264,13 +268,18 @@ def _needed(claim: Claim, panel: Panel) -> list[str]:
     return _low_budgets(claim, mine, panel.series[claim.other])
 
 
+def _no_common_budget(claim: Claim, panel: Panel) -> Verdict:
+    limit = "" if claim.up_to is None else f" at or below N_L={claim.up_to}"
+    return Verdict(claim, NOT_CHECKED, f"{panel.title}: no budget both methods ran{limit}")
+
+
 def _beats(claim: Claim, chosen: list[Panel]) -> Verdict:
     places = []
     for panel in chosen:
         mine, theirs = panel.series[claim.method], panel.series[claim.other]
         budgets = _low_budgets(claim, mine, theirs)
         if not budgets:
-            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no budget both methods ran")
+            return _no_common_budget(claim, panel)
         for budget in budgets:
             test = _compare(mine, theirs, budget)
             shown = "" if test.p_greater is None else f" ({p_text(test.p_greater)})"
@@ -299,7 +308,7 @@ def _gap_grows(claim: Claim, chosen: list[Panel]) -> Verdict:
     per_panel = [_cells(claim, panel) for panel in chosen]
     for panel, cells in zip(chosen, per_panel, strict=True):
         if not cells:
-            return Verdict(claim, NOT_CHECKED, f"{panel.title}: no budget both methods ran")
+            return _no_common_budget(claim, panel)
     gaps = [float(np.mean([np.mean(a) - np.mean(b) for a, b, _ in cells])) for cells in per_panel]
     testable = all(len(a) >= 2 and len(b) >= 2 for cells in per_panel for a, b, _ in cells)
     rng = np.random.Generator(np.random.PCG64(BOOTSTRAP_SEED))

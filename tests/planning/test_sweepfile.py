@@ -80,6 +80,14 @@ def test_variant_and_scope_are_read_as_one_line(tmp_path):
     assert sweep_file.claim[1].scope == "the smallest split"
 
 
+def test_up_to_is_read_as_a_budget_label(tmp_path):
+    text = GOOD.replace("budgets = 1", "budgets = 1\nup_to = 0.20", 1)
+    assert load_sweep_file(write(tmp_path, text)).claim[1].up_to == "0.2"
+    text = GOOD.replace("budgets = 1", "budgets = 1\nup_to = 64", 1)
+    assert load_sweep_file(write(tmp_path, text)).claim[1].up_to == "64"
+    assert load_sweep_file(write(tmp_path, GOOD)).claim[1].up_to is None
+
+
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
@@ -103,6 +111,9 @@ def test_variant_and_scope_are_read_as_one_line(tmp_path):
         (("budgets = 1", 'budgets = 1\nscope = "two\\nlines"'), "must be one line"),
         (("budgets = 1", "budgets = 1\nscope = 2"), "'claim[2].scope'"),
         (("budgets = 1", 'budgets = 1\nscop = "x"'), "unknown key 'claim[2].scop'"),
+        (("budgets = 1", "budgets = 1\nup_to = 1.5"), "fraction in (0, 1]"),
+        (("budgets = 1", "budgets = 1\nup_to = true"), "'claim[2].up_to'"),
+        (("threshold = 0.0", "threshold = 0.0\nup_to = 0.5"), "up_to applies to beats"),
     ],
 )
 def test_invalid_files_name_the_file_and_the_key(tmp_path, edit, expected):

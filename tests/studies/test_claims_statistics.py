@@ -154,6 +154,26 @@ def test_a_missing_method_panel_or_shared_budget_is_not_checked():
     assert v.evidence.endswith("; not judged (results missing): 20x20 (no results of B)")
 
 
+def test_up_to_keeps_the_low_budgets_when_fewer_are_planned():
+    # A fast protocol's 0.05, 0.2, 1.0: its three smallest would include 1.0, where both
+    # methods are perfect; up_to=0.2 judges the claim at 0.05 and 0.2 only.
+    a = series("A", {"0.05": [0.6, 0.7, 0.65], "0.2": [0.8, 0.9, 0.85], "1.0": [1.0] * 3})
+    b = series("B", {"0.05": [0.3, 0.4, 0.32], "0.2": [0.5, 0.6, 0.55], "1.0": [1.0] * 3})
+    p = panel("maze", a, b)
+    assert check(claim("beats", other="B", budgets=3), [p]).outcome == NOT_ESTABLISHED
+    capped = check(claim("beats", other="B", budgets=3, up_to="0.2"), [p])
+    assert capped.outcome == HELD and capped.budgets == ["0.05", "0.2"]
+    assert "N_L=1.0" not in capped.evidence
+    v = check(claim("beats", other="B", up_to="0.01"), [p])
+    assert v.outcome == NOT_CHECKED
+    assert v.evidence == "maze: no budget both methods ran at or below N_L=0.01"
+    grows = [panel(f"p{i}", series("A", {"0.05": [g + 0.01, g - 0.01], "1.0": [1.0, 1.0]}),
+                   series("B", {"0.05": [0.0, 0.0], "1.0": [1.0, 1.0]}))
+             for i, g in enumerate([0.1, 0.5])]  # fmt: skip
+    v = check(claim("gap_grows", other="B", up_to="0.05"), grows)
+    assert v.evidence.endswith("mean gaps in panel order: +0.100, +0.500")
+
+
 def planned(s: Series, *budgets: str) -> Series:
     s.planned = set(budgets)
     return s
