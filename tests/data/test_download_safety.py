@@ -25,7 +25,7 @@ from ssilbench.data import download as dl
 from ssilbench.data.local_server import LocalServer
 from ssilbench.testing import cli_exit_code
 
-from .test_data_download import TOY_MANIFEST, TOY_PLUGIN, download, manifest, sha, toy_frames
+from .download_toys import TOY_MANIFEST, TOY_PLUGIN, download, manifest, sha, toy_frames
 
 RANDOM = np.random.default_rng(1).integers(0, 256, 2_000_000, dtype=np.uint8).tobytes()
 

@@ -1,0 +1,193 @@
+"""Watching runs: the progress shown while they train. Plain lines when stderr is not a
+terminal (a log, SLURM), each naming its run and giving the sweep's count and time left
+within WIDTH columns; the live display; phases in words; and the time left, paced from each
+stage's first event."""
+
+from __future__ import annotations
+
+import io
+import socket
+
+import pytest
+
+from ssilbench.cli.progress import WIDTH, PlainProgress, fit, run_status
+from ssilbench.runner.telemetry import RunView, SweepObserver
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+LONG = ("idm_labeling (arch=impala, idm_batch_size=full, labels=hard) on procgen:bigfish, "
+        "N_L=0.25, seed 7")  # fmt: skip
+
+
+def test_plain_lines_name_every_run_with_the_sweep_eta_and_shorten_the_config_first(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.cli.progress.time.time", lambda: clock[0])
+    out = io.StringIO()
+    progress = PlainProgress(4, out, every=3600)  # rounds drawn below, not by its thread
+    progress.run_started("r1", LONG, 25_000_000)
+    progress.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
+    progress("start", LONG)  # a unit starts: said at once
+    progress.round()
+    clock[0] += 100
+    progress.run_event({"run_id": "r1", "kind": "progress", "stage": "policy",
+                        "step": 5_000_000, "total": 25_000_000, "loss": 0.23125})  # fmt: skip
+    progress.run_event({"run_id": "r1", "kind": "eval", "stage": "policy", "step": 1_000_000,
+                        "result": {"score": 0.8125}})  # fmt: skip
+    progress("done", "bc on maze:10x10, N_L=16, seed 0")
+    progress.round()
+    progress.run_event({"run_id": "r1", "kind": "phase", "phase": "evaluating",
+                        "detail": "policy"})  # fmt: skip
+    progress.round()
+    progress.run_ended("r1", None)  # as the sweep does: recorded, then said
+    progress("done", LONG)
+    progress.close()
+    lines = out.getvalue().splitlines()
+    assert all(len(line) <= WIDTH for line in lines), lines
+    # The sweep's runs ended and its time left: nothing known, then 1.2 of 4 runs in 100 s,
+    # then 2 of 4.
+    assert [line[9:24] for line in lines] == ["[0/4 eta ?] sta", "[0/4 eta ?] idm"] + [
+        "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[2/4 eta 1:40] "]  # fmt: skip
+    assert lines[0].endswith("] start: idm_labeling (arch=impala, idm_batch_size=f..) "
+                             "procgen:bigfish N=0.25 s7")  # fmt: skip
+    # Method, env, N_L and seed in every line; the config shortened first.
+    assert lines[1].endswith("] idm_labeling (arch=impala, idm_ba..) procgen:bigfish N=0.25 s7 | "
+                             "preparing data")  # fmt: skip
+    assert lines[2].endswith("] done: bc on maze:10x10, N_L=16, seed 0")
+    # No room for the loss and evaluation beside this label: they are left out.
+    assert lines[3].endswith("] idm_labeling (arch=imp..) procgen:bigfish N=0.25 s7 | "
+                             "training policy 5M/25M")  # fmt: skip
+    assert lines[4].endswith(" N=0.25 s7 | evaluating policy 5M/25M")
+    assert lines[5].endswith("] done: idm_labeling (arch=impala, idm_batch_size..) "
+                             "procgen:bigfish N=0.25 s7")  # fmt: skip
+    assert fit("x" * 100, ["y" * 10], 40) == "x" * 25 + ".. | " + "y" * 10
+    assert fit("bc on maze:10x10, N_L=16, seed 0", "s") == "bc on maze:10x10, N_L=16, seed 0 | s"
+    # Less and less room: the config is shortened first (80), then the last parts go (70:
+    # the loss, then the evaluation), then method and env are cut (40).
+    parts = ["training policy", "1k/3k", "eta 0:09", "eval 0.188@1.5k", "loss 0.126"]
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 80) == (
+        "bc (arch=..) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09 eval 0.188@1.5k"
+    )
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 70) == (
+        "bc (arch=mlp5) maze:10x10 N=16 s0 | training policy 1k/3k eta 0:09"
+    )
+    assert fit("bc (arch=mlp5) on maze:10x10, N_L=16, seed 0", parts, 40) == (
+        "bc maz.. N=16 s0 | training policy 1k/3k"
+    )
+
+
+def test_phases_in_words(monkeypatch):
+    observer = SweepObserver()
+    for i in range(2):
+        observer.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 1000)
+    observer.run_event({"run_id": "r0", "kind": "progress", "stage": "idm", "step": 10,
+                        "total": 1000, "pid": 4242})  # fmt: skip
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "waiting", "detail": "idm",
+                        "holder": {"host": socket.gethostname(), "pid": 4242}})  # fmt: skip
+    view = observer.runs["r1"]
+    assert run_status(view, holder=observer.holder_of(view.holder)) == (
+        "waiting for shared idm (held by bc on maze:10x10, N_L=16, seed 0) 0/1k"
+    )
+    assert observer.holder_of({"host": "elsewhere", "pid": 7}) == "elsewhere pid 7"
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "labelling",
+                        "detail": "40,000 rows"})  # fmt: skip
+    assert run_status(view) == "labelling 40,000 rows 0/1k"
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
+    assert run_status(view) == "preparing data"
+
+
+def _claimed(progress: SweepObserver, n: int) -> None:
+    """``n`` runs claimed (a stacked unit's, say); the first one trains."""
+    for i in range(n):
+        progress.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 200_000)
+    progress.run_event({"run_id": "r0", "kind": "progress", "stage": "policy", "step": 12_000,
+                        "total": 200_000, "loss": 0.25})  # fmt: skip
+
+
+def test_plain_progress_counts_runs_without_a_step_as_waiting_instead_of_drawing_them():
+    out = io.StringIO()
+    progress = PlainProgress(70, out, every=3600)
+    _claimed(progress, 70)
+    progress.round()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "bc on maze:10x10, N_L=16, seed 0 | training policy 12k/200k loss 0.25" in lines[0]
+    assert lines[1].endswith(" 69 more claimed, not heard from yet")
+    progress.round()  # a round with every run training has no waiting line
+    out.truncate(0)
+    for i in range(1, 70):
+        progress.run_event({"run_id": f"r{i}", "kind": "progress", "stage": "policy",
+                            "step": 10, "total": 200_000})  # fmt: skip
+    progress.round()
+    assert "waiting" not in out.getvalue() and len(out.getvalue().splitlines()) == 70
+
+
+def test_the_live_display_draws_training_runs_and_counts_the_waiting_ones():
+    from rich.console import Console
+
+    from ssilbench.cli.progress import LiveProgress
+
+    screen = io.StringIO()
+    console = Console(file=screen, width=120, force_terminal=False, color_system=None)
+    progress = LiveProgress(70, console)
+    _claimed(progress, 70)
+    progress("claimed", "bc")
+    console.print(progress.render())
+    text = screen.getvalue()
+    assert "0 done · 1 running · 69 waiting · 0 failed" in text
+    assert text.count("bc on maze:10x10") == 1 and "seed 0" in text
+
+
+def test_run_status_estimates_the_time_left():
+    view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
+    assert run_status(view, now=100.0) == "training idm 250/1k eta 5:00"
+
+
+def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
+    """A run resumed at step 12k, queued 10 minutes before it started, or in its second
+    stage: the pace counts only the steps this stage has made since it was first seen."""
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.runner.telemetry.time.time", lambda: clock[0])
+    observer = SweepObserver()
+    observer.run_started("r", "vm_idm on maze:50x50, N_L=1.0, seed 0", 200_000)
+    clock[0] += 600  # waiting for a worker
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "idm", "step": 12_000,
+                        "total": 200_000})  # fmt: skip
+    view = observer.runs["r"]
+    assert view.eta(clock[0]) is None  # no pace yet
+    clock[0] += 60
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "idm", "step": 14_000,
+                        "total": 200_000})  # fmt: skip
+    assert view.eta(clock[0]) == pytest.approx(60 / 2_000 * 186_000)
+    clock[0] += 30
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "policy", "step": 100,
+                        "total": 1_000})  # fmt: skip
+    clock[0] += 9
+    observer.run_event({"run_id": "r", "kind": "progress", "stage": "policy", "step": 400,
+                        "total": 1_000})  # fmt: skip
+    assert view.eta(clock[0]) == pytest.approx(9 / 300 * 600)
+
+
+def test_run_prints_plain_progress_in_a_log(cli, monkeypatch):
+    """`run` with stderr not a terminal (a log, SLURM): a line at once when the run starts,
+    then periodic lines naming the run, its phase, step and loss, each with the sweep's
+    count and time left, every line within WIDTH columns."""
+    monkeypatch.setenv("SSILBENCH_PROGRESS_EVERY", "0.05")
+    result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16",
+                     "--steps", "3000", "--no-rollouts", "--threads", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    # Every progress line (a time stamp first) fits; the summary after them names the folder.
+    progress = [line for line in lines if line[:2].isdigit() and line[2] == ":"]
+    assert progress[0].endswith("[0/1 eta ?] start: bc on maze:10x10, N_L=16, seed 0")
+    running = [line for line in progress if " s0 | training policy " in line
+               or "seed 0 | training policy " in line]  # fmt: skip
+    assert running and all(" loss " in line or " eval " in line for line in running), lines
+    assert all(len(line) <= WIDTH and " [0/1 eta " in line for line in progress[:-1])
+    assert progress[-1].endswith("[1/1 eta 0:00] done: bc on maze:10x10, N_L=16, seed 0")
+
+
+def test_a_bad_progress_interval_is_refused(cli, monkeypatch):
+    monkeypatch.setenv("SSILBENCH_PROGRESS_EVERY", "soon")
+    result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--steps", "20")
+    assert result.returncode == 2
+    assert "SSILBENCH_PROGRESS_EVERY='soon' is not a number of seconds" in result.stderr
