@@ -3,9 +3,11 @@ the suite relies on, checked on one task with a tiny budget.
 
 - Its stages add up to the step budget (step parity), with unique names, and the fit
   spends exactly the steps each stage declares.
-- The same seed gives the same policy: two fits of one run act identically.
+- The same seed gives the same policy: two fits of one run act identically, and a
+  discrete-action policy gives the same action probabilities, bit for bit (a greedy action
+  on a few observations can agree by chance where the weights differ).
 - A method that stacks runs (``batched = True``) gives each run of a stacked fit the
-  policy it gets alone.
+  policy it gets alone (the same actions and probabilities).
 - ``act`` returns actions of the task's action space (integers below ``num_actions``; or
   vectors, or chunks of them, within the bounds), which the task's vector environment
   takes.
@@ -92,7 +94,7 @@ def check_method(
     observations = _observations(task, seeds[0])
     actions = _actions(first, observations, task)
     _require(
-        _same(actions, _actions(again, observations, task)),
+        _same_policy(first, again, observations, task),
         f"{name}: two fits of the same run (seed {seeds[0]}) act differently: build networks "
         "inside ctx.seeded() and draw randomness from ctx.generator(NAME) / "
         "ctx.stream_seed(NAME)",
@@ -103,7 +105,7 @@ def check_method(
         stacked = fit(seeds[:2], True)
         for seed, lone, together in zip(seeds[:2], [first, other], stacked, strict=True):
             _require(
-                _same(_actions(lone, observations, task), _actions(together, observations, task)),
+                _same_policy(lone, together, observations, task),
                 f"{name}: the run of seed {seed} acts differently fitted alone and stacked "
                 "with another run (fit_many): a run's result must not depend on its unit",
             )
@@ -141,6 +143,22 @@ def _actions(policy: Policy, observations, task: Task) -> torch.Tensor:
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+
+
+def _probs(policy: Policy, observations) -> torch.Tensor:
+    with torch.no_grad():
+        return torch.as_tensor(policy.probs(observations)).detach().cpu()
+
+
+def _same_policy(a: Policy, b: Policy, observations, task: Task) -> bool:
+    """The two policies act alike on ``observations`` and, with discrete actions, give the
+    same probabilities: any difference in their weights shows there, where the argmax of a
+    few observations can hide it."""
+    if not _same(_actions(a, observations, task), _actions(b, observations, task)):
+        return False
+    if task.spec.action_kind != "discrete":
+        return True  # continuous actions are compared as floats already
+    return _same(_probs(a, observations), _probs(b, observations))
 
 
 def _check_valid(actions: torch.Tensor, task: Task, name: str) -> None:
