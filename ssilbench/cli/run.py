@@ -97,8 +97,9 @@ EXECUTOR_FLAGS = ("ray_address", "cpus_per_run", "gpus_per_run", "slurm_partitio
               "compute, then stop: nothing is claimed, trained or written.")  # fmt: skip
 @click.option("--measure", is_flag=True,
               help="For the estimate of plan (or a dry run): measure on this device the step times "
-              "that are neither kept in RESULTS/timings.json nor shipped with ssilbench, and "
-              "keep them there [default: estimate from those alone, at once].")  # fmt: skip
+              "that are neither kept in RESULTS/timings.json nor measured in the table shipped "
+              "with ssilbench, and keep them there [default: estimate at once from those, and "
+              "scale the others by counted FLOPs].")  # fmt: skip
 @click.option("--log", "log_names", default=None, metavar="NAMES",
               help="Also send each run to these loggers (hyper-parameters when claimed, "
               "losses and evaluations while it trains, curves when recorded), "

@@ -121,12 +121,13 @@ class RunOptions:
     config and options; None, or an empty tuple, for one not given). :meth:`of` takes them
     as keyword arguments, as the command's parameters are named. ``dry_run`` plans without
     claiming or training anything; ``save_timings`` keeps the step times a dry run measured
-    (``ssilbench plan``), ``measure`` measures those neither kept nor shipped (else the
-    estimate leaves them out), and ``remeasure`` measures again those it would otherwise
-    take from the kept or shipped ones. ``threads`` is a count of torch threads per training
-    process, ``"auto"`` (the default; None means it too) or ``"torch"`` (see
-    :data:`THREAD_SETTINGS`). ``keep_policy`` keeps each finished run's final policy in
-    ``RESULTS/policies`` (``ssilbench.eval.kept``); it changes no run's id or result.
+    (``ssilbench plan``), ``measure`` measures those neither kept nor measured in the
+    shipped table (else the estimate scales them by counted FLOPs, or leaves them out), and
+    ``remeasure`` measures again those it would otherwise take from the kept or shipped
+    ones. ``threads`` is a count of torch threads per training process, ``"auto"`` (the
+    default; None means it too) or ``"torch"`` (see :data:`THREAD_SETTINGS`).
+    ``keep_policy`` keeps each finished run's final policy in ``RESULTS/policies``
+    (``ssilbench.eval.kept``); it changes no run's id or result.
     """
 
     results: Path

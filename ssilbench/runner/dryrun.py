@@ -176,10 +176,13 @@ class _StepTimes:
     def _from_table(self, key: str, method, task) -> Measurement | None:
         """The shipped step times of ``key``: measured (or interpolated between measured
         label counts), else scaled by counted FLOPs from measured ones of the device kind,
-        else the nearest label count's."""
+        else the nearest label count's. With ``measure_missing`` only the first: the user
+        asked for measurements, and the other two are estimates (a scaled one is rough)."""
         table = self.table
         assert table is not None
         found = table.measured(key)
+        if found is None and self.settings.measure_missing:
+            return None
         if found is None and table.can_scale(key):
             flops = table.flops.get(key)
             if flops is None and self.settings.count_flops:

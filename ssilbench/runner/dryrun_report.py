@@ -241,7 +241,8 @@ def _scaled_line(scaled: list[Measurement]) -> str:
     return (f"{len(scaled)} scaled by counted FLOPs (no entry of their own: "
             f"{', '.join(targets)}) from the seconds per FLOP of shipped measurements "
             f"({', '.join(sources)}), rough: a CPU computes small and large networks at "
-            "different rates (docs/guide.md, 'Before a sweep', gives the error)")  # fmt: skip
+            "different rates (docs/guide.md, 'Before a sweep', gives the error; --measure "
+            "measures them here)")  # fmt: skip
 
 
 def key_words(key: str) -> str:

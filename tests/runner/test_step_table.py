@@ -91,13 +91,10 @@ def test_the_shipped_table_holds_portable_measurements():
         assert m.device.split(" ")[0] == json.loads(m.key)["device"]
 
 
-def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measured(
-    tmp_path, monkeypatch
-):
-    from ssilbench.runner import dryrun
-    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+def _one_shipped_entry(tmp_path, monkeypatch):
+    """A shipped table of one measured entry (bc at 16 labels, with its FLOP count), and
+    the plan of a sweep that also needs bc at 256 and all of IDM labeling's step times."""
     from ssilbench.runner.step_flops import FlopTable
-    from ssilbench.runner.workload import Recorded
 
     torch.set_num_threads(1)
     monkeypatch.setenv("SSILBENCH_STEP_FLOPS", str(tmp_path / "flops.json"))
@@ -117,14 +114,24 @@ def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measur
     table = StepTable(tmp_path / "table.json")
     table.add(timings)
     table.save()
+    sweep = Sweep(methods=["bc", "idm_labeling"], envs=["maze:10x10"], budgets=["16", "256"],
+                  seeds=[0], steps=20)  # fmt: skip
+    return anchor, anchor_flops, table, build_plan(PLUGINS, sweep, tmp_path / "d")
+
+
+def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measured(
+    tmp_path, monkeypatch
+):
+    from ssilbench.runner import dryrun
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.workload import Recorded
+
+    anchor, anchor_flops, table, plan = _one_shipped_entry(tmp_path, monkeypatch)
 
     def no_measuring(*args, **kwargs):
         raise AssertionError("a dry run measured a step time")
 
     monkeypatch.setattr(dryrun, "measure", no_measuring)
-    sweep = Sweep(methods=["bc", "idm_labeling"], envs=["maze:10x10"], budgets=["16", "256"],
-                  seeds=[0], steps=20)  # fmt: skip
-    plan = build_plan(PLUGINS, sweep, tmp_path / "d")
     report = dry_run(plan, PLUGINS, torch.device("cpu"), Timings(None), Recorded(set(), set()),
                      DryRunSettings(measure_missing=False))  # fmt: skip
     assert report.training_s is not None and all(w.seconds is not None for w in report.works)
@@ -153,6 +160,35 @@ def test_a_key_without_an_entry_is_scaled_by_counted_flops_and_nothing_is_measur
                     DryRunSettings(measure_missing=False, count_flops=False))  # fmt: skip
     priced = {m.method for _, m in quiet.measurements.values() if m is not None}
     assert "idm_labeling" not in priced and "bc" in priced
+
+
+def test_measure_measures_what_the_table_would_only_scale(tmp_path, monkeypatch):
+    """``--measure``: the step times the shipped table has no measurement of are measured
+    here, not scaled by FLOPs; the one it measured is taken as it is."""
+    from ssilbench.runner import dryrun
+    from ssilbench.runner.dryrun import DryRunSettings, dry_run
+    from ssilbench.runner.workload import Recorded
+
+    anchor, _, _, plan = _one_shipped_entry(tmp_path, monkeypatch)
+    asked: list[tuple[str, int | None]] = []
+
+    def pretend(method, task, plugins, device, steps, stacked, labeled):
+        asked.append((method.name, labeled))
+        key = measurement_key(method, task.spec, device, stacked, labeled)
+        stages = {name: StageTiming(0.004, None) for name in ("idm", "policy")}
+        return Measurement(key, method.name, "cpu (x86_64, 1 threads)", stages, 1e-5, 0.001,
+                           labeled=labeled, load=0.5)  # fmt: skip
+
+    monkeypatch.setattr(dryrun, "measure", pretend)
+    timings = Timings(None)
+    report = dry_run(plan, PLUGINS, torch.device("cpu"), timings, Recorded(set(), set()),
+                     DryRunSettings(measure_missing=True))  # fmt: skip
+    assert sorted(asked) == [("bc", 256), ("idm_labeling", 16), ("idm_labeling", 256)]
+    found = {key: m for key, (_, m) in report.measurements.items()}
+    assert not any(m.scaled_from for m in found.values())
+    assert found[anchor].stages["policy"].seconds_per_step == 0.002  # the shipped one
+    assert len(timings.items) == 3 and anchor not in timings.items  # kept for next time
+    assert "scaled by counted FLOPs" not in report.render()
 
 
 @pytest.fixture
