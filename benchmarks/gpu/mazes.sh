@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The maze studies' GPU work, as one call of a lent GPU machine (benchmarks/gpu/README.md):
 # 1. the GPU tests of stacked training (a stacked fit killed and resumed on the GPU);
-# 2. the 5L-CNN panels of benchmarks/paper/environment-complexity.toml, skipping the runs the
-#    shipped export holds, SSILBENCH_GPU_WORKERS (4) units at a time, stopped (SIGTERM) after
+# 2. the 5L-CNN panels of benchmarks/paper/environment-complexity.toml on the paper's layouts
+#    (the block's `layout = "suite"` pin, the layouts of its shipped runs, left out), skipping
+#    the runs the shipped export holds, SSILBENCH_GPU_WORKERS (4) units at a time, stopped (SIGTERM) after
 #    SECONDS, with a progress line per training run each minute in OUT/run.log;
 # 3. every finished run exported to OUT/cnn5.jsonl.gz, to merge into the study's store.
 #
@@ -49,6 +50,11 @@ elif python3 -m pytest -q -p no:cacheprovider tests/train/test_batched_training.
   echo "$tree" > "$results/.gpu-tests-passed"
 fi
 python3 -m ssilbench results merge --results "$results" docs/paper/results/mazes-paper.jsonl.gz
+# The study file pins the 5L CNN to the suite's layouts until these runs replace its shipped
+# ones; a copy without the pin plans them on the paper's (the maze's default layout).
+unpinned="$results/$(basename "$sweep")"
+sed 's/, layout = "suite"//' "$sweep" > "$unpinned"
+sweep=$unpinned
 timeout -s TERM "$seconds" python3 -m ssilbench run \
   --sweep "$sweep" --blocks cnn5 --device "$device" \
   --stack --workers "$workers" --checkpoint-every 5000 --results "$results" --data-root /tmp/ssilbench-data \
