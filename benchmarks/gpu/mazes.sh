@@ -9,6 +9,13 @@
 #
 #   bash benchmarks/gpu/mazes.sh OUT [SECONDS]        (SECONDS: 420 by default)
 #
+# Another study's blocks the same way: SSILBENCH_GPU_SWEEP (its file) and SSILBENCH_GPU_BLOCKS
+# (comma-separated; the export is then named after them, OUT/lc-mlp5.jsonl.gz for lc,mlp5).
+# E.g. the stochastic-environment study, which `plan --measure` put at 160 h of compute on a
+# 2-core CPU (full-batch steps, stacked):
+#   SSILBENCH_GPU_SWEEP=benchmarks/paper/stochastic-environment.toml \
+#   SSILBENCH_GPU_BLOCKS=lc,mlp5 bash benchmarks/gpu/mazes.sh OUT 520
+#
 # With a .whl folder (benchmarks/gpu/wheels.sh) beside it, the packages the GPU image lacks
 # are installed from there first.
 set -uo pipefail
@@ -19,6 +26,7 @@ device=${SSILBENCH_GPU_DEVICE:-cuda}  # cpu: a smoke test of this script
 # A file whose runs are a subset of the study's (same run ids), e.g. one maze's panel with a
 # block per split so that the cheap units are trained first: what cannot finish is lost.
 sweep=${SSILBENCH_GPU_SWEEP:-benchmarks/paper/environment-complexity.toml}
+blocks=${SSILBENCH_GPU_BLOCKS:-cnn5}
 # Units trained at once. A unit's runs are recorded only when all of them stop, and the
 # units share the GPU: with 14 at once, none of the 14 maze:50x50 units finished in two
 # calls (465 s and 265 s of sweep), so fewer at once, each with a larger share, is what can
@@ -50,15 +58,15 @@ elif python3 -m pytest -q -p no:cacheprovider tests/train/test_batched_training.
   echo "$tree" > "$results/.gpu-tests-passed"
 fi
 python3 -m ssilbench results merge --results "$results" docs/paper/results/mazes-paper.jsonl.gz
-# The study file pins the 5L CNN to the suite's layouts until these runs replace its shipped
-# ones; a copy without the pin plans them on the paper's (the maze's default layout).
+# The study files pin blocks to the suite's layouts until runs on the paper's replace their
+# shipped ones; a copy without the pins plans them on the paper's (the maze's default).
 unpinned="$results/$(basename "$sweep")"
 sed 's/, layout = "suite"//' "$sweep" > "$unpinned"
 sweep=$unpinned
 timeout -s TERM "$seconds" python3 -m ssilbench run \
-  --sweep "$sweep" --blocks cnn5 --device "$device" \
+  --sweep "$sweep" --blocks "$blocks" --device "$device" \
   --stack --workers "$workers" --checkpoint-every 5000 --results "$results" --data-root /tmp/ssilbench-data \
   -y 2>&1 | grep -v "breaking the stale lease" > "$out/run.log"
-python3 -m ssilbench results export --no-curves --results "$results" --out "$out/cnn5.jsonl.gz"
-python3 -m ssilbench status --sweep "$sweep" --blocks cnn5 \
+python3 -m ssilbench results export --no-curves --results "$results" --out "$out/${blocks//,/-}.jsonl.gz"
+python3 -m ssilbench status --sweep "$sweep" --blocks "$blocks" \
   --results "$results"
