@@ -90,28 +90,28 @@ class Drifting(CleanBC):
 
     fits = 0
 
+    def drift(self, fit: int, actions: int) -> tuple[int, float]:
+        """Which action's output bias the fit numbered ``fit`` shifts, and by how much."""
+        return fit % actions, 1e3
+
     def network(self, ctx):
         net = super().network(ctx)
         last = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1]
+        action, shift = self.drift(type(self).fits, last.out_features)
         with torch.no_grad():
-            last.bias[Drifting.fits % last.out_features] += 1e3
-        Drifting.fits += 1
+            last.bias[action] += shift
+        type(self).fits += 1
         return net
 
 
-class SlightDrift(CleanBC):
+class SlightDrift(Drifting):
     """Each fit's weights differ a little (a small bias on one action, larger at each fit):
     its greedy actions on a few observations agree, its action probabilities do not."""
 
     fits = 0
 
-    def network(self, ctx):
-        net = super().network(ctx)
-        last = [m for m in net.modules() if isinstance(m, torch.nn.Linear)][-1]
-        SlightDrift.fits += 1
-        with torch.no_grad():
-            last.bias[0] += 1e-4 * SlightDrift.fits
-        return net
+    def drift(self, fit: int, actions: int) -> tuple[int, float]:
+        return 0, 1e-4 * (fit + 1)
 
 
 class StackedUnseeded(CleanBC):
