@@ -60,7 +60,7 @@ fi
 python3 -m ssilbench results merge --results "$results" docs/paper/results/mazes-paper.jsonl.gz
 # The study files pin blocks to the suite's layouts until runs on the paper's replace their
 # shipped ones; a copy without the pins plans them on the paper's (the maze's default).
-unpinned="$results/$(basename "$sweep")"
+unpinned="$(mktemp -d)/$(basename "$sweep")"  # a folder of its own, not the store's
 sed 's/, layout = "suite"//' "$sweep" > "$unpinned"
 sweep=$unpinned
 timeout -s TERM "$seconds" python3 -m ssilbench run \
