@@ -14,12 +14,13 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ssilbench.planning.plan import SweepPlan
+from ssilbench.planning.values import display_label
 from ssilbench.runner.dryrun_report import DryRun
 from ssilbench.runner.schedule import execution_units, stage_identities
 from ssilbench.runner.step_flops import COUNT_ALL
@@ -99,7 +100,7 @@ def dry_run(
     tally = _Tally(plan, times, stacked, cached)
     for index in pending:
         tally.add(index)
-    ordered = sorted(tally.works.values(), key=lambda w: (w.method, w.stage))
+    ordered = sorted(_named(tally.works.values()), key=lambda w: (w.shown, w.stage, w.steps))
     ordered += tally.side_works()
     training = None
     if all(w.seconds is not None for w in ordered):
@@ -241,7 +242,7 @@ class _Tally:
         self, plan: SweepPlan, times: _StepTimes, stacked: dict[int, int], cached: set[str]
     ) -> None:
         self.plan, self.times, self.stacked, self.cached = plan, times, stacked, cached
-        self.works: dict[tuple[str, str], StageWork] = {}
+        self.works: dict[tuple[str, str, int], StageWork] = {}
         self.planned: set[str] = set()  # shared stages counted already (by any method)
         self.evaluation = self.other = 0.0
         self.eval_known = self.other_known = True
@@ -273,11 +274,13 @@ class _Tally:
     def _add_stages(self, index: int) -> None:
         spec = self.plan.runs[index]
         task = self.plan.task_of(spec)
+        label = display_label(spec.method, spec.config, self.plan.method_of(spec).cls.Config)
         for stage, identity in stage_identities(self.plan, index):
             work = self.works.setdefault(
-                (spec.method, stage.name),
-                StageWork(spec.method, stage.name, stage.steps, stage.share is not None),
-            )
+                (label, stage.name, stage.steps),
+                StageWork(spec.method, stage.name, stage.steps, stage.share is not None,
+                          label=label),
+            )  # fmt: skip
             work.runs += 1
             if identity is not None and identity in self.planned:
                 continue
@@ -323,6 +326,19 @@ class _Tally:
                                   True, len(runs), len(each), compute=compute,
                                   outside=True))  # fmt: skip
         return rows
+
+
+def _named(works: Iterable[StageWork]) -> list[StageWork]:
+    """The works, a method's config spelled out only where the sweep runs it with several
+    (one config: the method's name says it, as the rest of the plan does)."""
+    works = list(works)
+    labels: dict[str, set[str]] = {}
+    for w in works:
+        labels.setdefault(w.method, set()).add(w.label)
+    for w in works:
+        if len(labels[w.method]) == 1:
+            w.label = ""
+    return works
 
 
 def interpolate(

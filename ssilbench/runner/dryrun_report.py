@@ -93,6 +93,7 @@ class DryRun:
                 )
                 + "."
             )
+        lines += self._stopping_early()
         lines += self._outside_stages()
         lines += self._smaller_here()
         unmeasured = sorted({name for name, m in self.measurements.values() if m is None})
@@ -146,6 +147,17 @@ class DryRun:
                 "stage cache"
             )
         return lines
+
+    def _stopping_early(self) -> list[str]:
+        """Runs that may stop before their steps: the estimate is their upper bound."""
+        early = sum(1 for i in self.pending if self.plan.runs[i].stop_early)
+        if not early:
+            return []
+        return [
+            f"{early} of the {len(self.pending)} runs to train may stop a stage early once "
+            "its training has converged (--stop-early): the estimate counts every step, an "
+            "upper bound for them."
+        ]
 
     def _outside_stages(self) -> list[str]:
         """Training that a measurement timed outside the declared stages (a shared
@@ -284,7 +296,7 @@ def _table(works: list[StageWork]) -> str:
     for w in works:
         rows.append(
             (
-                w.method,
+                w.shown,
                 w.stage + ("*" if w.shared else ""),
                 f"{w.steps:,}",
                 str(w.runs),

@@ -21,7 +21,9 @@ from ssilbench.runs.spec import RunSpec
 
 @dataclass
 class StageWork:
-    """One (method, stage) of the sweep: how many trainings it takes and for how many runs."""
+    """One (method, stage) of the sweep: how many trainings it takes and for how many runs.
+    A method run with several configs, or a stage with several step counts, has one per
+    config and step count: their step times differ (an LC and an MLP are not one mean)."""
 
     method: str
     stage: str
@@ -36,6 +38,14 @@ class StageWork:
     """Some training to do has no measured step time."""
     outside: bool = False
     """Trained outside the declared stages (``StagePlan.side_stage``), once per task."""
+    label: str = ""
+    """The method with its non-default config spelled out (``bc (arch=lc)``) where the sweep
+    runs the method with several configs; empty: the method's name says it."""
+
+    @property
+    def shown(self) -> str:
+        """What the plan's table names the row by."""
+        return self.label or self.method
 
     @property
     def to_train(self) -> int:
