@@ -13,9 +13,10 @@ Where no entry stands for a key (nor two around its label count), its step times
 from measured entries of the same device kind by counted FLOPs
 (:mod:`ssilbench.runner.step_flops`): each stage's seconds per FLOP of the closest measured
 stage (the same method and stage first, then the nearest in FLOPs) times the key's FLOPs,
-and so for the labelling per transition and the policy call. Such an estimate is rough: a
-CPU's throughput per FLOP differs between small and large networks (docs/guide.md gives
-the ratio of a scaled estimate to a measurement).
+and so for the labelling per transition and the policy call; no stage step below the
+fastest step measured on the device kind (a step's fixed cost does not shrink with its
+FLOPs). Such an estimate is rough: a CPU's throughput per FLOP differs between small and
+large networks (docs/guide.md gives the ratio of a scaled estimate to a measurement).
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class StepTable:
             return None
         used: set[str] = set()
         stages = {}
+        floor, fastest = _floor(anchors, fields.get("stacked") or 1)
         for name, f in flops.stages.items():
             candidates = [(k, m, c, s) for k, m, c in anchors for s in m.stages
                           if c.stages.get(s)]  # fmt: skip
@@ -94,8 +96,10 @@ class StepTable:
                 return None
             k, m, c, s = min(candidates, key=lambda a, name=name, f=f: (
                 a[3] != name, *_distance(fields, a[0], f, a[2].stages[a[3]])))  # fmt: skip
-            stages[name] = StageTiming(m.stages[s].seconds_per_step * f / c.stages[s], f,
-                                       side_steps=flops.side_steps.get(name))  # fmt: skip
+            seconds = m.stages[s].seconds_per_step * f / c.stages[s]
+            if seconds < floor:
+                seconds, k = floor, fastest
+            stages[name] = StageTiming(seconds, f, side_steps=flops.side_steps.get(name))
             used.add(k)
         other, k = _scaled_rate(fields, anchors, flops.other_per_transition,
                                 lambda m: m.other_seconds_per_transition,
@@ -167,6 +171,22 @@ def _without_labels(key: str) -> dict:
     fields = json.loads(key)
     fields.pop("labeled", None)
     return fields
+
+
+def _floor(anchors: list, stacked: int) -> tuple[float, str]:
+    """The fastest step measured on the device kind, as one run's share of a group of
+    ``stacked``, and the entry that measured it. A step's fixed cost (the optimiser's, the
+    data's, Python's) does not shrink with its FLOPs, so no scaled stage is priced below it:
+    an LC on maze:50x50 scaled by FLOPs alone came out at 1/150 of its measured step."""
+    k, m = min(((k, m) for k, m, _ in anchors),
+               key=lambda a: _group_step(a[0], a[1]))  # fmt: skip
+    return _group_step(k, m) / stacked, k
+
+
+def _group_step(key: str, m: Measurement) -> float:
+    """An entry's fastest stage step, for the whole group it stacked."""
+    fastest = min(t.seconds_per_step for t in m.stages.values())
+    return fastest * (json.loads(key).get("stacked") or 1)
 
 
 def _distance(target: dict, key: str, flops: float, counted: float) -> tuple:

@@ -295,3 +295,24 @@ def test_a_minibatch_step_grows_with_the_labels_up_to_its_batch_and_then_stays()
     full = _knee((16, 64), [at(16e6), at(64e6)], "policy")
     assert full == 64 and interpolate(112, 16, 64, 1.0, 2.0, full) == 3.0
     assert _knee((16, 64), [at(16e6), at(None)], "policy") is None  # no counts: linear
+
+
+def test_a_scaled_step_is_never_priced_below_the_fastest_measured_one(tmp_path, bc_key):
+    # A step's fixed cost does not shrink with its FLOPs: a network a thousand times smaller
+    # than every measured one is priced at the fastest measured step, not a thousandth of it;
+    # runs stacked by five share that step.
+    from types import SimpleNamespace
+
+    from ssilbench.runner.step_flops import FlopCount
+
+    table = _table(tmp_path, bc_key, {16: 0.002, 256: 0.003})
+    counted = {k: FlopCount({"policy": 1e6}, 0.0, 0.0) for k in table.items}
+    table.flops = SimpleNamespace(get=counted.get)
+    stacked = json.dumps({**json.loads(bc_key(64)), "stacked": 5}, sort_keys=True)
+    for key, floor in ((bc_key(64), 0.002), (stacked, 0.002 / 5)):
+        tiny = table.scaled(key, FlopCount({"policy": 1e3}, 0.0, 0.0))
+        assert tiny is not None and tiny.stages["policy"].seconds_per_step == pytest.approx(floor)
+        assert tiny.scaled_from == [portable_key(bc_key(16))]  # the fastest entry, named
+    # above the floor, FLOPs scale as before: twice the anchor's, twice its step
+    large = table.scaled(bc_key(64), FlopCount({"policy": 2e6}, 0.0, 0.0))
+    assert large is not None and large.stages["policy"].seconds_per_step == pytest.approx(0.004)
