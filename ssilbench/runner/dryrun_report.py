@@ -248,14 +248,31 @@ class DryRun:
 
 def _scaled_line(scaled: list[Measurement]) -> str:
     """Which step times were scaled by counted FLOPs, and from which measured entries."""
-    sources = sorted({key_words(key) for m in scaled for key in m.scaled_from or ()})
-    targets = sorted({key_words(m.key) for m in scaled})
+    sources = _in_groups({key for m in scaled for key in m.scaled_from or ()})
+    targets = _in_groups({m.key for m in scaled})
     return (f"{len(scaled)} scaled by counted FLOPs (no entry of their own: "
             f"{', '.join(targets)}) from the seconds per FLOP of shipped measurements "
             f"({', '.join(sources)}), none below the fastest step measured, rough: a CPU "
             "computes small and large networks at "
             "different rates (docs/guide.md, 'Before a sweep', gives the error; --measure "
             "measures them here)")  # fmt: skip
+
+
+def _in_groups(keys: set[str]) -> list[str]:
+    """Step-time keys in a few words, those of one method and size together where there are
+    more than three (a sweep over label budgets and stackings has dozens)."""
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        fields = json.loads(key)
+        groups.setdefault(key_words(json.dumps({**fields, "labeled": None, "stacked": None})),
+                          []).append(key)  # fmt: skip
+    words = []
+    for name, each in groups.items():
+        if len(each) > 3:
+            words.append(f"{name} ({len(each)} label counts and stackings)")
+        else:
+            words += [key_words(key) for key in each]
+    return sorted(words)
 
 
 def key_words(key: str) -> str:

@@ -5,6 +5,8 @@ stop early."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -71,3 +73,19 @@ def test_runs_that_may_stop_early_are_said_to_make_the_estimate_an_upper_bound(t
     assert "an upper bound for them" in text
     text = _report(_plan(tmp_path, lc={"steps": STEPS}, mlp5={"steps": STEPS})).render()
     assert "stop a stage early" not in text
+
+
+def test_scaled_keys_of_one_method_and_size_are_named_together_beyond_three():
+    from ssilbench.runner.dryrun_report import _in_groups
+
+    def key(method: str, arch: str, labeled: int, stacked: int | None = None) -> str:
+        fields = {"method": method, "config": {"arch": arch}, "labeled": labeled}
+        return json.dumps({**fields, "stacked": stacked} if stacked else fields)
+
+    many = {key("bc", "cnn1", n, s) for n in (2, 10, 64) for s in (None, 5)}
+    few = {key("vm_idm", "lc", 2), key("vm_idm", "lc", 64, 5)}
+    assert _in_groups(many | few) == [
+        "bc cnn1 (6 label counts and stackings)",
+        "vm_idm lc N_L=2",
+        "vm_idm lc N_L=64 x5 stacked",
+    ]
