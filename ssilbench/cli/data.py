@@ -9,10 +9,13 @@ import click
 from ssilbench.cli.app import State
 from ssilbench.cli.options import (
     DEFAULT_DATA,
+    blocks_option,
     count_option,
     data_root_option,
     device_option,
     env_options_option,
+    quick_option,
+    sweep_file_option,
 )
 from ssilbench.cli.tasks import configured_task, environment_options, expand_envs, parse_options
 from ssilbench.errors import UsageError
@@ -30,17 +33,31 @@ def _describe(store) -> str:
 
 
 @data.command("build")
-@click.argument("env_ids")
+@click.argument("env_ids", required=False)
 @env_options_option()
+@sweep_file_option("Build every dataset the runs of this sweep file need, instead of ENV_IDS "
+                   "(then 'plan' prices its runs at their datasets' sizes).",
+                   required=False)  # fmt: skip
+@quick_option("With --sweep: the file's [quick] runs.")
+@blocks_option()
 @data_root_option
 @click.option("--rebuild", is_flag=True, help="Delete the cached dataset first and build it again.")
 @click.pass_obj
-def data_build(state: State, env_ids: str, options, data_root: str, rebuild: bool) -> None:
-    """Build (or verify) the datasets of ENV_IDS, e.g. maze:all."""
+def data_build(state: State, env_ids: str | None, options, sweep_file: str | None, quick: bool,
+               blocks: str | None, data_root: str, rebuild: bool) -> None:  # fmt: skip
+    """Build (or verify) the datasets of ENV_IDS, e.g. maze:all, or of a sweep file's runs."""
     from ssilbench.data.datasets import task_dataset
 
     values = parse_options(options)
     root = Path(data_root).expanduser()
+    if sweep_file is not None:
+        if env_ids or options or rebuild:
+            raise UsageError("Give either ENV_IDS (with -o and --rebuild) or --sweep FILE: a "
+                             "sweep file's blocks say their environments and options.")  # fmt: skip
+        return _build_sweep(state, Path(sweep_file), quick, blocks, root)
+    if env_ids is None or quick or blocks:
+        raise UsageError("Give the environments to build (e.g. 'ssilbench data build maze:all') "
+                         "or a sweep file (--sweep FILE, with --quick and --blocks).")  # fmt: skip
     for family, task_name in expand_envs(state.plugins, comma_list(env_ids, "environment",
                                                                    "maze:10x10")):  # fmt: skip
         environment = state.plugins.environments.create(family)
@@ -49,6 +66,27 @@ def data_build(state: State, env_ids: str, options, data_root: str, rebuild: boo
             remove_dataset(task, root)
         store = task_dataset(task, root)
         click.echo(f"{family}:{task_name}: {_describe(store)} at {store.root}")
+
+
+def _build_sweep(state: State, path: Path, quick: bool, blocks: str | None, root: Path) -> None:
+    """Build every dataset the runs of a sweep file need, as its run would before training
+    (one message lists those that must be imported or downloaded first)."""
+    from collections import Counter
+
+    from ssilbench.errors import PreflightError, SsilbenchError
+    from ssilbench.planning.plan import prepare
+    from ssilbench.planning.sweepfile import load_blocks, plan_blocks
+
+    resolved, _ = plan_blocks(state.plugins, load_blocks(path, blocks), path, None, quick)
+    try:
+        plan = prepare(resolved, root, "prepare")
+    except PreflightError as exc:
+        raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
+    except SsilbenchError as exc:
+        raise type(exc)(f"Sweep file {path}: {exc}") from None
+    ready = Counter(task.env for task in plan.tasks.values() if task.dataset is not None)
+    for env, count in sorted(ready.items()):
+        click.echo(f"{env}: {count} dataset{'s' if count > 1 else ''} ready under {root}")
 
 
 def remove_dataset(task, root: Path) -> None:

@@ -15,7 +15,7 @@ from ssilbench.data.datasets import DatasetNotBuilt
 from ssilbench.planning.plan import SweepPlan
 from ssilbench.planning.problems import Problem, dataset_problem_lines
 from ssilbench.runner.timings import Measurement
-from ssilbench.runner.workload import StageWork
+from ssilbench.runner.workload import StageWork, labeled_transitions
 
 LONG_ON_CPU_S = 3600.0
 """A sweep estimated to take longer than this on a CPU gets the settings that would fit."""
@@ -128,6 +128,22 @@ class DryRun:
                 )
         return "\n".join(lines)
 
+    def _unsized(self) -> list[str]:
+        """Runs whose label budget is a fraction of a dataset not built yet: not a count
+        until it is, so they are priced alone at a sample label count."""
+        runs = [self.plan.runs[i] for i in self.pending]
+        unsized = sum(1 for spec in runs if self.plan.task_of(spec).dataset is None
+                      and labeled_transitions(self.plan, spec) is None)  # fmt: skip
+        if not unsized:
+            return []
+        return [
+            f"{unsized} of the runs to train take a fraction of such a dataset as their label "
+            "budget, not a count until it is built: they are priced alone, at a sample label "
+            "count, which can be far from their cost. 'ssilbench data build' (--sweep FILE "
+            "for a sweep file's) builds the datasets; a plan after it prices the runs at "
+            "their sizes."
+        ]
+
     def _stage_lines(self) -> list[str]:
         """The table of the stages to train, with what its marks mean."""
         if not self.works:
@@ -232,6 +248,7 @@ class DryRun:
             # One task may need several datasets (other options, or a dataset per seed).
             names = [env if n == 1 else f"{env} ({n} datasets)" for env, n in sorted(built.items())]
             lines.append(f"Datasets a run builds first: {', '.join(names)}.")
+            lines += self._unsized()
         missing = [
             Problem("dataset", t.env, t.unavailable, t)
             for t in absent
