@@ -270,9 +270,8 @@ def _scaled_line(scaled: list[Measurement]) -> str:
     return (f"{len(scaled)} scaled by counted FLOPs (no entry of their own: "
             f"{', '.join(targets)}) from the seconds per FLOP of shipped measurements "
             f"({', '.join(sources)}), none below the fastest step measured, rough: a CPU "
-            "computes small and large networks at "
-            "different rates (docs/guide.md, 'Before a sweep', gives the error; --measure "
-            "measures them here)")  # fmt: skip
+            "computes small and large networks at different rates (docs/guide.md, 'Before "
+            "a sweep', gives the error; --measure measures them here)")  # fmt: skip
 
 
 def _in_groups(keys: set[str]) -> list[str]:

@@ -78,3 +78,17 @@ def test_build_arguments_that_do_not_go_together_exit_2_and_build_nothing(
     assert code == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_a_dataset_to_import_stops_the_build_with_what_to_do(tmp_path, capsys):
+    sweep = tmp_path / "games.toml"
+    sweep.write_text(
+        'name = "games"\n[[block]]\nmethods = ["bc"]\n'
+        'envs = ["maze:10x10", "procgen:bigfish"]\nbudgets = [16]\nseeds = [0]\n'
+    )
+    code = cli_exit_code("data", "build", "--sweep", str(sweep), "--data-root",
+                         str(tmp_path / "d"))  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"Sweep file {sweep}" in err and "procgen:bigfish" in err
+    assert "ssilbench data download procgen" in err or "ssilbench data import procgen" in err
