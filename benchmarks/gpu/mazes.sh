@@ -11,10 +11,10 @@
 #
 # Another study's blocks the same way: SSILBENCH_GPU_SWEEP (its file) and SSILBENCH_GPU_BLOCKS
 # (comma-separated; the export is then named after them, OUT/lc-mlp5.jsonl.gz for lc,mlp5).
-# E.g. the stochastic-environment study, which `plan --measure` put at 160 h of compute on a
-# 2-core CPU (full-batch steps, stacked):
+# E.g. the stochastic-environment study's 5L MLP, which `plan --measure` puts at 22.7 h of
+# compute on a 2-core CPU (every step, stacked):
 #   SSILBENCH_GPU_SWEEP=benchmarks/paper/stochastic-environment.toml \
-#   SSILBENCH_GPU_BLOCKS=lc,mlp5 bash benchmarks/gpu/mazes.sh OUT 520
+#   SSILBENCH_GPU_BLOCKS=mlp5 bash benchmarks/gpu/mazes.sh OUT 520
 #
 # With a .whl folder (benchmarks/gpu/wheels.sh) beside it, the packages the GPU image lacks
 # are installed from there first.
