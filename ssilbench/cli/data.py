@@ -73,17 +73,10 @@ def _build_sweep(state: State, path: Path, quick: bool, blocks: str | None, root
     (one message lists those that must be imported or downloaded first)."""
     from collections import Counter
 
-    from ssilbench.errors import PreflightError, SsilbenchError
-    from ssilbench.planning.plan import prepare
-    from ssilbench.planning.sweepfile import load_blocks, plan_blocks
+    from ssilbench.planning.sweepfile import load_blocks, plan_blocks, prepare_blocks
 
     resolved, _ = plan_blocks(state.plugins, load_blocks(path, blocks), path, None, quick)
-    try:
-        plan = prepare(resolved, root, "prepare")
-    except PreflightError as exc:
-        raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
-    except SsilbenchError as exc:
-        raise type(exc)(f"Sweep file {path}: {exc}") from None
+    plan = prepare_blocks(resolved, path, root)
     ready = Counter(task.env for task in plan.tasks.values() if task.dataset is not None)
     for env, count in sorted(ready.items()):
         click.echo(f"{env}: {count} dataset{'s' if count > 1 else ''} ready under {root}")

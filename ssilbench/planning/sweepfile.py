@@ -417,6 +417,19 @@ def plan_blocks(
     return plan, sweeps
 
 
+def prepare_blocks(plan, path: Path, data_root: Path, datasets: str = "prepare"):
+    """Open (or build) the datasets of a sweep file's resolved plan (:func:`plan_blocks`
+    with no data root); errors name the file."""
+    from ssilbench.planning.plan import prepare
+
+    try:
+        return prepare(plan, data_root, datasets)
+    except PreflightError as exc:
+        raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
+    except SsilbenchError as exc:
+        raise type(exc)(f"Sweep file {path}: {exc}") from None
+
+
 class PanelCell(NamedTuple):
     """Where a planned run is drawn: its panel, its method's label, its label budget."""
 

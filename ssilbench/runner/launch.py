@@ -73,7 +73,7 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
     in it leaves nothing behind; the folder is checked next, before datasets are built
     (which may take long)."""
     from ssilbench.planning.plan import prepare, resolve_plan
-    from ssilbench.planning.sweepfile import load_blocks, plan_blocks
+    from ssilbench.planning.sweepfile import load_blocks, plan_blocks, prepare_blocks
     from ssilbench.runs.store import ensure_writable
 
     def results_dir() -> Path:
@@ -85,12 +85,7 @@ def plan_sweep(plugins: Plugins, options: RunOptions) -> tuple[SweepPlan, list[S
             chosen = load_blocks(path, options.blocks)
             resolved, sweeps = plan_blocks(plugins, chosen, path, None, options.quick)
             folder = results_dir()
-            try:
-                plan = prepare(resolved, options.data_root, options.datasets)
-            except PreflightError as exc:
-                raise PreflightError(f"Sweep file {path}: {exc}", exc.problems) from None
-            except SsilbenchError as exc:
-                raise type(exc)(f"Sweep file {path}: {exc}") from None
+            plan = prepare_blocks(resolved, path, options.data_root, options.datasets)
             return plan, sweeps, folder
         sweep = options.sweep()
         resolved = resolve_plan(plugins, sweep)
