@@ -162,7 +162,9 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     wal, shm = (path.with_name(path.name + suffix) for suffix in ("-wal", "-shm"))
     uri = path.resolve().as_uri()
     for _ in range(3):  # a sweep may close (and remove its side files) between the looks
-        if header[18:20] != b"\x02\x02":  # not WAL: a read-only open creates nothing
+        # SQLite opens a file in WAL mode when its read version (byte 19) is 2, whatever
+        # byte 18 says: not WAL, a read-only open creates nothing.
+        if header[19] != 2:
             params = "mode=ro"
         elif not wal.exists():
             params = "immutable=1"

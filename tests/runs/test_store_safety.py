@@ -9,6 +9,7 @@ an ssilbench store is refused untouched, by them and by the commands that write.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import sqlite3
@@ -247,12 +248,23 @@ def _other_runs(path: Path) -> None:
     db.close()
 
 
+def _garbage(size: int, wal: bool = False) -> bytes:
+    """Seeded bytes after SQLite's magic. ``wal``: byte 19 (the read version) set to 2 and
+    byte 18 to 1, which SQLite opens in WAL mode, creating the side files of a plain
+    read-only open, as one draw in 256 of unseeded bytes did."""
+    body = bytearray(b"SQLite format 3\x00" + random.Random(size).randbytes(size))
+    if wal:
+        body[18], body[19] = 1, 2
+    return bytes(body)
+
+
 NOT_STORES = {
     "foreign tables": (_foreign, "no table 'runs'"),
     "empty file": (lambda p: p.write_bytes(b""), "empty (0 bytes)"),
-    "random bytes": (lambda p: p.write_bytes(os.urandom(4096)), "not a database"),
-    "sqlite header, garbage after": (
-        lambda p: p.write_bytes(b"SQLite format 3\x00" + os.urandom(8192)), "results store"),
+    "random bytes": (lambda p: p.write_bytes(random.Random(0).randbytes(4096)), "not a database"),
+    "sqlite header, garbage after": (lambda p: p.write_bytes(_garbage(8192)), "results store"),
+    "sqlite header marked WAL, garbage after": (
+        lambda p: p.write_bytes(_garbage(8192, wal=True)), "results store"),
     "another table called runs": (_other_runs, "lacks the columns"),
     "newer store format": (_newer, "written by a newer ssilbench (store format 99"),
 }  # fmt: skip
