@@ -208,20 +208,28 @@ def procgen_missing() -> str | None:
     return None
 
 
+def _projected_evaluation(policy_call_s: float, why: str) -> dict:
+    seconds = CPU_EVAL_CALLS * (policy_call_s + PAPER["eval_episodes"] / ENV_STEPS_PER_S)
+    return {"seconds": seconds, "measured": False, "why": why}
+
+
 def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> dict:
     """One evaluation's wall time: measured with procgen, else projected."""
+    from ssilbench.errors import PluginError
     from ssilbench.eval.rollout import Evaluator
     from ssilbench.train.supervised import ClassifierPolicy
 
     if (why := procgen_missing()) is not None:  # kept, so that the next machine can mend it
-        seconds = CPU_EVAL_CALLS * (policy_call_s + PAPER["eval_episodes"] / ENV_STEPS_PER_S)
-        return {"seconds": seconds, "measured": False, "why": why}
+        return _projected_evaluation(policy_call_s, why)
     task = _task(plugins).task
     arch = plugins.architectures.create("impala_small" if quick else "impala")
     net = arch.build((3, 64, 64), 15).to(device).eval()
     evaluator = Evaluator(task, device)
     try:
-        evaluator(ClassifierPolicy(net))  # warm-up: builds procgen, kernels
+        try:
+            evaluator(ClassifierPolicy(net))  # warm-up: builds procgen, kernels
+        except PluginError as exc:  # procgen imports, but its native library does not load
+            return _projected_evaluation(policy_call_s, str(exc))
         began = time.perf_counter()
         result = evaluator(ClassifierPolicy(net))
         seconds = time.perf_counter() - began

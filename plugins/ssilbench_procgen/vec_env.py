@@ -25,12 +25,19 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from ssilbench.api import PluginError
 from ssilbench.kit import available, import_optional
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
 INSTALL_HINT = (
     "Install it with: pip install 'ssilbench[procgen]' (the 'procgen-mirror' package, which "
     "provides the module 'procgen' on Python 3.11+)."
+)
+
+LIBRARY_HINT = (
+    "procgen's native library links against system libraries that are missing here (the "
+    "message above names the one); a headless image often lacks OpenGL's libGL.so.1, which "
+    "Debian and Ubuntu install with: apt-get install libgl1."
 )
 
 SEEDS_KEPT = 8
@@ -90,9 +97,15 @@ class ProcgenVectorEnv(VectorEnv):
     def _build(self, seed: int) -> None:
         self.close_extras()
         # procgen takes a 31-bit seed; larger seeds are folded into that range.
-        self._env = self._procgen.ProcgenGym3Env(
-            num=self.num_envs, rand_seed=int(seed) % (2**31 - 1), **self._settings
-        )
+        try:
+            self._env = self._procgen.ProcgenGym3Env(
+                num=self.num_envs, rand_seed=int(seed) % (2**31 - 1), **self._settings
+            )
+        except OSError as exc:  # the module imports; its library loads at the first build
+            raise PluginError(
+                f"The procgen environments could not load procgen's native library ({exc}). "
+                f"{LIBRARY_HINT}"
+            ) from None
         self.builds += 1
         self._initial_states[seed] = self._env.get_state()
         while len(self._initial_states) > SEEDS_KEPT:

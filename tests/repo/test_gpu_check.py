@@ -69,6 +69,35 @@ def test_an_evaluation_without_procgen_is_projected_and_says_why(check, monkeypa
     }
 
 
+def test_an_evaluation_whose_procgen_library_does_not_load_is_projected_and_says_why(
+    check, monkeypatch
+):
+    # procgen imported on a lent GPU machine, but its native library lacked libGL.so.1 and
+    # the check stopped at the evaluation; it now projects it, as without procgen.
+    import ssilbench.eval.rollout
+    from ssilbench.errors import PluginError
+    from ssilbench.testing import load_plugins
+
+    class Evaluator:
+        def __init__(self, task, device):
+            self.closed = False
+
+        def __call__(self, policy):
+            raise PluginError("could not load procgen's native library (libGL.so.1: ...)")
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(check, "procgen_missing", lambda: None)
+    monkeypatch.setattr(check, "_task", lambda plugins: type("T", (), {"task": None}))
+    monkeypatch.setattr(ssilbench.eval.rollout, "Evaluator", Evaluator)
+    got = check.evaluation_seconds(load_plugins(), "cpu", policy_call_s=0.01, quick=True)
+    assert got["measured"] is False and "libGL.so.1" in got["why"]
+    assert got["seconds"] == pytest.approx(
+        check.CPU_EVAL_CALLS * (0.01 + check.PAPER["eval_episodes"] / check.ENV_STEPS_PER_S)
+    )
+
+
 def test_the_quick_projection_runs_end_to_end_prints_it_and_writes_the_report(
     check, tmp_path, capsys
 ):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ssilbench.api import ConfigError, DatasetError, UnknownNameError
+from ssilbench.api import ConfigError, DatasetError, PluginError, UnknownNameError
 from ssilbench.testing import imported_after, load_plugins
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir
 from ssilbench_procgen.games import ACTION_NAMES, GAMES, LAPO_RANGES, PROCGEN_RANGES
@@ -245,3 +245,24 @@ def test_the_evaluator_builds_procgen_once_per_run_on_fixed_levels():
     finally:
         evaluator.close()
     assert results[0].returns == results[1].returns == results[2].returns
+
+
+def test_a_native_library_that_does_not_load_is_one_message_that_says_what_to_install(
+    monkeypatch,
+):
+    """procgen imports without its native library; the first build loads it, and a headless
+    image without OpenGL fails there (seen on a lent GPU machine)."""
+    from ssilbench_procgen import vec_env
+
+    missing = "libGL.so.1: cannot open shared object file: No such file or directory"
+
+    class Procgen:
+        @staticmethod
+        def ProcgenGym3Env(**settings):  # noqa: N802 (procgen's name)
+            raise OSError(f"cannot load library 'libenv.so': {missing}")
+
+    monkeypatch.setattr(vec_env, "import_procgen", lambda: Procgen)
+    venv = vec_env.ProcgenVectorEnv("bigfish", 2)
+    with pytest.raises(PluginError) as raised:
+        venv.reset(seed=0)
+    assert missing in str(raised.value) and "apt-get install libgl1" in str(raised.value)
