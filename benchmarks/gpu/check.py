@@ -226,13 +226,12 @@ def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> di
     net = arch.build((3, 64, 64), 15).to(device).eval()
     evaluator = Evaluator(task, device)
     try:
-        try:
-            evaluator(ClassifierPolicy(net))  # warm-up: builds procgen, kernels
-        except PluginError as exc:  # procgen imports, but its native library does not load
-            return _projected_evaluation(policy_call_s, str(exc))
+        evaluator(ClassifierPolicy(net))  # warm-up: builds procgen, kernels
         began = time.perf_counter()
         result = evaluator(ClassifierPolicy(net))
         seconds = time.perf_counter() - began
+    except PluginError as exc:  # procgen imports, but its native library does not load
+        return _projected_evaluation(policy_call_s, str(exc))
     finally:
         evaluator.close()
     return {"seconds": seconds, "measured": True, "mean_return": result.mean_return}
