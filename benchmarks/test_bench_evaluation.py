@@ -26,9 +26,11 @@ from ssilbench.eval.rollout import Episodes, run_episodes
 from ssilbench.plugins import load_plugins
 from ssilbench.train.supervised import ClassifierPolicy
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
-pytestmark = pytest.mark.skipif(not procgen_available(), reason="procgen is not installed")
+PROCGEN_PROBLEM = procgen_problem()
+
+pytestmark = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 
 GAME = "bigfish"
 NUM_ENVS = 64

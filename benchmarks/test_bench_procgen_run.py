@@ -27,9 +27,11 @@ from ssilbench.runner.worker import execute
 from ssilbench.runs.spec import Sweep
 from ssilbench_procgen.chunks import write_synthetic_split
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
-pytestmark = pytest.mark.skipif(not procgen_available(), reason="procgen is not installed")
+PROCGEN_PROBLEM = procgen_problem()
+
+pytestmark = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 
 FRAMES = 8_192
 EPISODE = 400

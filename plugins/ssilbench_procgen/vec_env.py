@@ -17,7 +17,10 @@ process's first build 1.5 s, as procgen loads its assets; later builds ~16 ms; a
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +29,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ssilbench.api import PluginError
-from ssilbench.kit import available, import_optional
+from ssilbench.kit import import_optional
 from ssilbench_procgen.games import NUM_ACTIONS, OBS_SHAPE
 
 INSTALL_HINT = (
@@ -45,15 +48,58 @@ SEEDS_KEPT = 8
 an evaluation needs one, training with unseeded resets draws a new one per reset)."""
 
 
+PREBUILT_LIBRARIES = ("libenv.so", "libenv.dylib", "env.dll")
+"""The names procgen's wheels give their native library, in ``procgen/data/prebuilt``."""
+
+
 def import_procgen() -> Any:
-    """The ``procgen`` module, or a PluginError saying how to install it. (procgen imports
-    the unmaintained gym, whose notice on stderr is dropped: procgen is driven through its
-    own vectorised interface.)"""
-    return import_optional("procgen", "The procgen environments need", INSTALL_HINT)
+    """The ``procgen`` module, or a PluginError saying how to install it or which system
+    library its native library lacks. (procgen imports the unmaintained gym, whose notice
+    on stderr is dropped: procgen is driven through its own vectorised interface.)"""
+    module = import_optional("procgen", "The procgen environments need", INSTALL_HINT)
+    problem = native_library_problem(Path(module.__file__).parent / "data" / "prebuilt")
+    if problem is not None:
+        raise library_error(problem)
+    return module
+
+
+def library_error(problem: str) -> PluginError:
+    """The one message for a native library that does not load (``problem``: why)."""
+    return PluginError(
+        f"The procgen environments could not load procgen's native library ({problem}). "
+        f"{LIBRARY_HINT}"
+    )
+
+
+@functools.cache
+def native_library_problem(prebuilt: Path) -> str | None:
+    """Why the wheel's native library in ``prebuilt`` does not load, or None. procgen
+    imports without it and loads it only when it builds an environment, after a sweep's
+    training; loading it here (about 70 ms, once per process) finds a missing system library
+    before any run starts. A procgen without a prebuilt library (built from source) builds it
+    at its first environment, which reports a failure there."""
+    for name in PREBUILT_LIBRARIES:
+        if (prebuilt / name).exists():
+            try:
+                ctypes.CDLL(str(prebuilt / name))
+            except OSError as exc:
+                return str(exc)
+            return None
+    return None
+
+
+def procgen_problem() -> str | None:
+    """Why the procgen environments cannot run here (what :func:`import_procgen` would
+    raise: the package to install, or the system library to add), or None."""
+    try:
+        import_procgen()
+    except PluginError as exc:
+        return str(exc)
+    return None
 
 
 def procgen_available() -> bool:
-    return available(import_procgen)
+    return procgen_problem() is None
 
 
 class ProcgenVectorEnv(VectorEnv):
@@ -101,11 +147,8 @@ class ProcgenVectorEnv(VectorEnv):
             self._env = self._procgen.ProcgenGym3Env(
                 num=self.num_envs, rand_seed=int(seed) % (2**31 - 1), **self._settings
             )
-        except OSError as exc:  # the module imports; its library loads at the first build
-            raise PluginError(
-                f"The procgen environments could not load procgen's native library ({exc}). "
-                f"{LIBRARY_HINT}"
-            ) from None
+        except OSError as exc:  # a library procgen built from source loads here
+            raise library_error(str(exc)) from None
         self.builds += 1
         self._initial_states[seed] = self._env.get_state()
         while len(self._initial_states) > SEEDS_KEPT:

@@ -18,11 +18,11 @@ import pytest
 from ssilbench.api import DatasetError, TransitionStore, UsageError
 from ssilbench.testing import check_dataset, partial_path, usage_error
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
-needs_procgen = pytest.mark.skipif(
-    not procgen_available(), reason="procgen is not importable: pip install 'ssilbench[procgen]'"
-)
+PROCGEN_PROBLEM = procgen_problem()
+
+needs_procgen = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 
 GAME = "starpilot"
 # Frames per chunk, and where episodes end (frame indices into the concatenation): one

@@ -10,11 +10,11 @@ from ssilbench.api import ConfigError, DatasetError, PluginError, UnknownNameErr
 from ssilbench.testing import imported_after, load_plugins
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions, dataset_dir
 from ssilbench_procgen.games import ACTION_NAMES, GAMES, LAPO_RANGES, PROCGEN_RANGES
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
-needs_procgen = pytest.mark.skipif(
-    not procgen_available(), reason="procgen is not importable: pip install 'ssilbench[procgen]'"
-)
+PROCGEN_PROBLEM = procgen_problem()
+
+needs_procgen = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 
 SIMPLE = {"bigfish", "bossfight", "dodgeball", "fruitbot", "heist", "maze", "miner", "plunder",
           "starpilot"}  # fmt: skip
@@ -266,3 +266,27 @@ def test_a_native_library_that_does_not_load_is_one_message_that_says_what_to_in
     with pytest.raises(PluginError) as raised:
         venv.reset(seed=0)
     assert missing in str(raised.value) and "apt-get install libgl1" in str(raised.value)
+
+
+def test_a_native_library_that_does_not_load_stops_a_sweep_before_it_trains(monkeypatch, tmp_path):
+    """procgen imports without loading its native library, which it loads at its first
+    environment: after a sweep's training. The import check loads the wheel's library, so
+    the preflight (``check_rollouts``) says what is missing before any run starts, and the
+    tests that need procgen skip."""
+    import types
+
+    from ssilbench_procgen import vec_env
+
+    prebuilt = tmp_path / "procgen" / "data" / "prebuilt"
+    prebuilt.mkdir(parents=True)
+    (prebuilt / "libenv.so").write_bytes(b"not a shared library")
+    module = types.ModuleType("procgen")
+    module.__file__ = str(tmp_path / "procgen" / "__init__.py")
+    monkeypatch.setattr(vec_env, "import_optional", lambda *args: module)
+    with pytest.raises(PluginError) as raised:
+        ProcgenEnvironment().load("bigfish").check_rollouts()
+    assert str(prebuilt / "libenv.so") in str(raised.value)
+    assert "apt-get install libgl1" in str(raised.value)
+    assert not vec_env.procgen_available()
+    # A procgen without a prebuilt library (built from source) is checked at its first build.
+    assert vec_env.native_library_problem(tmp_path) is None

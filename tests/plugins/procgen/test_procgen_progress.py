@@ -8,9 +8,11 @@ import pytest
 
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.ppo import ProgressLines
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
-needs_procgen = pytest.mark.skipif(not procgen_available(), reason="procgen is not installed")
+PROCGEN_PROBLEM = procgen_problem()
+
+needs_procgen = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 TINY_PPO = dict(num_envs=2, num_steps=8, epochs=1, minibatches=2, scale=1, checkpoint_every=2)
 
 

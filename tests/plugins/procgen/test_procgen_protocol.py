@@ -11,13 +11,13 @@ from ssilbench.api import DatasetError, TransitionStore
 from ssilbench_procgen.environment import ProcgenEnvironment, ProcgenOptions
 from ssilbench_procgen.games import MAX_DATA_CHUNKS
 from ssilbench_procgen.protocol import AcrossEpisodeEnds
-from ssilbench_procgen.vec_env import procgen_available
+from ssilbench_procgen.vec_env import procgen_problem
 
 from .test_procgen_data import GAME, TEST_DONE, TEST_SIZES, TRAIN_DONE, TRAIN_SIZES, write_split
 
-needs_procgen = pytest.mark.skipif(
-    not procgen_available(), reason="procgen is not importable: pip install 'ssilbench[procgen]'"
-)
+PROCGEN_PROBLEM = procgen_problem()
+
+needs_procgen = pytest.mark.skipif(PROCGEN_PROBLEM is not None, reason=str(PROCGEN_PROBLEM))
 
 LEGACY = {"eval_levels": "fixed", "eval_counting": "first_per_env",
           "transitions": "within_episodes", "max_chunks": 0}  # fmt: skip
