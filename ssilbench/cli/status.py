@@ -19,6 +19,8 @@ from ssilbench.cli.options import (
 from ssilbench.errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from ssilbench.plugins import Plugins
     from ssilbench.runs.records import RunRecord
 
@@ -38,7 +40,7 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
 
     # The sweep file's runs by setup id (all but the data): found without opening a
     # dataset, and only those a sweep of the file would skip.
-    planned: set[str] | None = None
+    planned: dict[str, str] | None = None
     if sweep_file is not None:
         from ssilbench.planning.sweepfile import load_blocks, planned_setups
 
@@ -46,12 +48,28 @@ def status(state: State, results: str, sweep_file, quick, blocks) -> None:
     elif quick or blocks is not None:
         raise UsageError(f"{'--quick' if quick else '--blocks'} needs --sweep FILE.")
     with ResultsStore.open_read_only(Path(results)) as store:
-        rows = [r for r in store.rows(None) if planned is None or r.spec.setup_id in planned]
+        every = store.rows(None)
+    rows = [r for r in every if planned is None or r.spec.setup_id in planned]
     # A sweep file's planned ids already hold the installed code; without one, the runs a
     # sweep here would not resume are found by comparing code fingerprints.
     other = other_code(state.plugins, rows) if planned is None else {}
-    for line in progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS, other):
+    lines = progress_lines(rows, planned, time.time(), Path(results) / CHECKPOINTS, other)
+    if planned is not None and (done_elsewhere := done_by_other_code(every, planned)):
+        lines.insert(1, f"  {done_elsewhere} of the not started are recorded as done by other "
+                        "code than is installed here (an earlier release or an edited "
+                        "plugin): a report draws those; a sweep run here trains them again "
+                        "under new run ids")  # fmt: skip
+    for line in lines:
         click.echo(line)
+
+
+def done_by_other_code(rows: list[RunRecord], planned: dict[str, str]) -> int:
+    """How many of the sweep's ``planned`` runs (setup id -> design id) are not recorded
+    under their setup id but are done as the same design by other code."""
+    designs = set(planned.values())
+    here = {planned[r.spec.setup_id] for r in rows if r.spec.setup_id in planned}
+    return len({design for r in rows if r.status == "done"
+                and (design := r.spec.design_id) in designs and design not in here})  # fmt: skip
 
 
 def other_code(plugins: Plugins, rows: list[RunRecord]) -> dict[str, list[str]]:
@@ -85,7 +103,7 @@ def other_code(plugins: Plugins, rows: list[RunRecord]) -> dict[str, list[str]]:
 
 def progress_lines(
     rows: list[RunRecord],
-    planned: set[str] | None,
+    planned: Collection[str] | None,
     now: float,
     checkpoints: Path | None = None,
     other: dict[str, list[str]] | None = None,

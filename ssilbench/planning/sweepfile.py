@@ -460,11 +460,12 @@ def panel_cells(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, PanelC
     return cells
 
 
-def planned_setups(plugins, sweep_file: SweepFile, quick: bool) -> set[str]:
+def planned_setups(plugins, sweep_file: SweepFile, quick: bool) -> dict[str, str]:
     """The setup ids (:attr:`RunSpec.setup_id`: all but the data) of the file's runs as
-    this installation plans them, resolved without opening a dataset: a recorded run with
-    one of these ids is one a sweep of the file skips."""
+    this installation plans them, resolved without opening a dataset (a recorded run with
+    one of these ids is one a sweep of the file skips), each with its design id (a report
+    draws a run of that design whatever code recorded it)."""
     from ssilbench.planning.plan import resolve_plan
 
-    return {spec.setup_id for block in sweep_file.blocks(quick) for sweep in block.sweeps()
-            for spec in resolve_plan(plugins, sweep).runs}  # fmt: skip
+    return {spec.setup_id: spec.design_id for block in sweep_file.blocks(quick)
+            for sweep in block.sweeps() for spec in resolve_plan(plugins, sweep).runs}  # fmt: skip

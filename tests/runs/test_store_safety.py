@@ -184,6 +184,35 @@ def test_status_tells_apart_interrupted_runs_of_other_code(tmp_path, capsys):
     assert lines[-1].startswith("about ") and ": 1 run at the last hour's" in lines[-1]
 
 
+def test_status_of_a_sweep_counts_its_designs_done_by_other_code(tmp_path, capsys):
+    """A run of the file's design recorded as done by other code (an earlier release, an
+    edited plugin) is not one a sweep here skips, but a report draws it: ``status --sweep``
+    counts it as not started and says how many of those a report already has."""
+    from ssilbench.planning.sweepfile import load_sweep_file, plan_blocks
+    from ssilbench.plugins import load_plugins
+
+    study = tmp_path / "two.toml"
+    study.write_text(TWO_BLOCKS)
+    plan, _ = plan_blocks(load_plugins(), load_sweep_file(study), study, None, False)
+    specs = {s.seed: s for s in plan.runs}
+    old = {seed: specs[seed].model_copy(update={"code": {**specs[seed].code, "maze": "0" * 16}})
+           for seed in (0, 2, 3)}  # fmt: skip
+    results = tmp_path / "results"
+    with ResultsStore(results) as store:  # seed 0 done twice, 2 and 3 by other code only
+        for spec in (specs[0], *old.values()):
+            store.start(spec, "bc", "maze:10x10", "cpu", {"ssilbench": "0"})
+            if spec.seed != 3:
+                store.finish(spec.run_id, OUTCOME, wall_time=2.0)
+        store.db.execute("UPDATE runs SET pid = ? WHERE status = 'running'", (DEAD_PID,))
+    code, out, _ = cli(capsys, "status", "--results", str(results), "--sweep", str(study))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "1 done, 0 running, 0 failed, 0 interrupted, 3 not started"
+    assert lines[1].startswith(
+        "  1 of the not started are recorded as done by other code than is installed here"
+    )
+
+
 def _unprivileged() -> list[str] | None:
     """A command prefix that runs as an ordinary user for whom a 0o555 folder is read-only
     (root writes anyway), or None when there is no such way here."""
