@@ -184,6 +184,8 @@ class StagePlan:
                            else checkpoints.resumed_seconds.get(stage.name))  # fmt: skip
                 if seconds is not None:  # the run's wall time counts its earlier attempts
                     report[stage.name]["resumed_seconds"] = round(seconds, 3)
+                if checkpoints is not None and stage.name in checkpoints.resumed_devices:
+                    report[stage.name]["resumed_devices"] = checkpoints.resumed_devices[stage.name]
         return report
 
 

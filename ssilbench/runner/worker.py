@@ -117,10 +117,16 @@ class RunStorage:
         (plugin -> fingerprint, from ``RunSpec.code``)."""
         return StageCache(self.cache_root, code) if self.cache_root is not None else None
 
-    def checkpoints(self, run_id: str, timeline: list) -> RunCheckpoints | None:
+    def checkpoints(
+        self, run_id: str, timeline: list, device: str | None = None
+    ) -> RunCheckpoints | None:
+        """The run's checkpoints (None when none are kept); ``device``: where this attempt
+        trains, as the run records it."""
         if self.checkpoint_root is None or self.checkpoint_every < 1:
             return None
-        return RunCheckpoints(self.checkpoint_root / run_id, self.checkpoint_every, timeline)
+        return RunCheckpoints(
+            self.checkpoint_root / run_id, self.checkpoint_every, timeline, device
+        )
 
 
 @dataclass
@@ -253,7 +259,7 @@ def set_up_run(
         eval_every=spec.eval_every,
         evaluate=evaluate,
         cache=storage.cache(architectures_code(plugins, spec, method, task)),
-        checkpoints=storage.checkpoints(spec.run_id, timeline),
+        checkpoints=storage.checkpoints(spec.run_id, timeline, describe_device(device)),
         scope=stage_scope(spec, task),
         telemetry=telemetry,
     )

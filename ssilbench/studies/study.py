@@ -243,7 +243,28 @@ def _resumed(runs: list[RunRecord]) -> str:
         text += (f" {uncounted} of the runs resumed from a checkpoint that did not record the "
                  "time spent before it; their durations are only the attempt that finished "
                  "them.")  # fmt: skip
-    return text
+    return text + _moved(runs)
+
+
+def _moved(runs: list[RunRecord]) -> str:
+    """The runs that began on another device than the one that finished them (and that
+    their record names), with those devices; empty when none did."""
+    from ssilbench.leaderboard.render import md_escape
+
+    began: dict[str, int] = {}
+    moved = 0
+    for r in runs:
+        earlier = {str(d) for s in (r.stages or {}).values() if isinstance(s, dict)
+                   for d in s.get("resumed_devices") or () if d != r.device}  # fmt: skip
+        moved += bool(earlier)
+        for device in sorted(earlier):
+            began[md_escape(device)] = began.get(md_escape(device), 0) + 1
+    if not moved:
+        return ""
+    return (
+        f" {moved} of the runs began on another device ({_counted(began)}) and went on "
+        "from its checkpoint on the machine they are counted under."
+    )
 
 
 def figure_name(sweep_file: SweepFile, quick: bool) -> str:

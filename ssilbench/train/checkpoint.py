@@ -89,12 +89,27 @@ def _starts_over(path: Path, why: str) -> None:
 class RunCheckpoints:
     """The checkpoints of one run."""
 
-    def __init__(self, root: str | os.PathLike, every: int, timeline: list[dict[str, Any]]):
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        every: int,
+        timeline: list[dict[str, Any]],
+        device: str | None = None,
+    ):
         if every < 1:
             raise ValueError("checkpoints need a positive interval")
         self.root = Path(root)
         self.every = every
         self.timeline = timeline  # the run's own list, restored in place
+        self.device = device
+        """The device this attempt trains on, as the run records it; each checkpoint keeps
+        the devices of the attempts up to it, so a run that went on from one on another
+        device says where it began."""
+        self.earlier_devices: list[str] = []
+        """The devices of the attempts before this one (from the checkpoint it went on
+        from), oldest first; empty when it did not resume or its checkpoint recorded none."""
+        self.resumed_devices: dict[str, list[str]] = {}
+        """Stage -> the devices recorded in the checkpoint the stage went on from."""
         self.share = 1
         """How many runs this attempt trains together (a stacked unit): the run's wall time
         is its share of the attempt's."""
@@ -121,8 +136,15 @@ class RunCheckpoints:
             self.before_save()
         seconds = None if self._unknown else self.seconds()
         payload = {**state, "timeline": list(self.timeline), "torch_rng": torch.get_rng_state(),
-                   "seconds": seconds}  # fmt: skip
+                   "seconds": seconds, "devices": self.devices()}  # fmt: skip
         save_atomic(payload, self._path(stage))
+
+    def devices(self) -> list[str]:
+        """The devices of the run's attempts up to now, oldest first, each once in a row."""
+        chain = list(self.earlier_devices)
+        if self.device is not None and (not chain or chain[-1] != self.device):
+            chain.append(self.device)
+        return chain
 
     def load(self, stage: str, format: str | None = None) -> dict[str, Any] | None:
         """The stage's saved state, timeline and torch generator restored; None (nothing
@@ -143,6 +165,11 @@ class RunCheckpoints:
             return None
         self.timeline[:] = state.pop("timeline")
         torch.set_rng_state(state.pop("torch_rng"))
+        self.earlier_devices = [str(d) for d in state.pop("devices", None) or []]
+        if self.earlier_devices:
+            self.resumed_devices[stage] = list(self.earlier_devices)
+        else:
+            self.resumed_devices.pop(stage, None)
         # None: the time before it is unknown (a checkpoint written before checkpoints
         # recorded it); so are the times of the checkpoints the run saves after it.
         seconds = state.pop("seconds", None)

@@ -88,12 +88,35 @@ def test_a_resumed_run_counts_the_time_its_checkpoint_recorded(tmp_path, monkeyp
     assert again.seconds() == 11.0
 
 
+def test_a_run_resumed_on_another_device_keeps_the_devices_it_trained_on(tmp_path):
+    """A run begun on a GPU and finished on a CPU (its checkpoints carried over) records
+    the CPU, where it finished; its stage report and later checkpoints name the GPU too."""
+    gpu, cpu = "cuda:0 (NVIDIA H200)", "cpu (x86_64, 1 threads)"
+    first = RunCheckpoints(tmp_path, 10, [], gpu)
+    first.save("fit", {"used": 10})
+    assert torch.load(tmp_path / "fit.pt", weights_only=True)["devices"] == [gpu]
+    again = RunCheckpoints(tmp_path, 10, [], cpu)
+    assert again.load("fit") == {"used": 10}  # the chain is not part of the stage's state
+    assert again.resumed_devices == {"fit": [gpu]}
+    again.save("fit", {"used": 20})
+    assert torch.load(tmp_path / "fit.pt", weights_only=True)["devices"] == [gpu, cpu]
+    third = RunCheckpoints(tmp_path, 10, [], cpu)  # back on the CPU: named once in a row
+    third.load("fit")
+    assert third.devices() == [gpu, cpu]
+    plan = StagePlan([Stage("fit", 30, policy=True)], 10, evaluate=lambda p: None,
+                     checkpoints=again)  # fmt: skip
+    budget = plan.stage("fit")
+    budget.used, budget.resumed_from = 30, 10
+    assert plan.check_spent()["fit"]["resumed_devices"] == [gpu]
+
+
 def test_a_checkpoint_without_a_recorded_time_counts_nothing_earlier(tmp_path):
     torch.save({"used": 10, "timeline": [], "torch_rng": torch.get_rng_state()},
                tmp_path / "fit.pt")  # as written before checkpoints had a time  # fmt: skip
     checkpoints = RunCheckpoints(tmp_path, 10, [])
     assert checkpoints.load("fit") == {"used": 10}
     assert checkpoints.earlier == 0.0 and checkpoints.resumed_seconds == {}
+    assert checkpoints.resumed_devices == {}  # nor the devices
     # Its later checkpoints cannot know the run's time either: they say so, and a run
     # resumed from one of them counts nothing earlier.
     checkpoints.save("fit", {"used": 20})
@@ -201,4 +224,7 @@ def test_a_killed_run_resumes_and_matches_an_uninterrupted_one(cli, kill):
     assert stages.pop("resumed_from") % 200 == 0  # it went on from a checkpoint
     earlier = stages.pop("resumed_seconds")  # the run's time when it saved that checkpoint
     assert 0 < earlier <= resumed[0][2]  # its wall time counts the killed attempt's
+    # The killed attempt trained on this machine's CPU, as the finishing one did.
+    [device] = stages.pop("resumed_devices")
+    assert device.startswith("cpu (") and device.endswith(" threads)")
     assert resumed[0][3:] == ref[3:]  # metrics, timeline and stages: identical

@@ -43,7 +43,8 @@ def sweep(method: str, budgets: list[str], seeds: list[int], steps: int = 200, *
                  rollouts=False, **kw)  # fmt: skip
 
 
-RESUMED = ("resumed_from", "resumed_seconds")  # where a resumed stage went on from, and when
+# Where a resumed stage went on from, when, and on which devices the run had trained.
+RESUMED = ("resumed_from", "resumed_seconds", "resumed_devices")
 
 
 def results(plugins, data, folder: Path, plan_of: Sweep, **run) -> dict[tuple, dict]:

@@ -256,6 +256,31 @@ def test_the_wall_time_says_what_resumed_runs_count(study):
     )
 
 
+def test_runs_begun_on_another_device_are_said(study):
+    """A run is counted under the device that finished it; one that began on another
+    (its checkpoints carried over) is said, with that device."""
+    from dataclasses import replace
+
+    from ssilbench.studies.study import provenance
+
+    sweep_file = load_sweep_file(Path("study.toml"))
+    cpu = study[0].device
+    moved = {"policy": {"declared": 40, "used": 40, "resumed_from": 20, "resumed_seconds": 2.0,
+                        "resumed_devices": ["cuda:0 (NVIDIA H200)"]}}  # fmt: skip
+    stayed = {"policy": {"declared": 40, "used": 40, "resumed_from": 20, "resumed_seconds": 2.0,
+                         "resumed_devices": [cpu]}}  # fmt: skip
+    runs = ([replace(r, stages=moved) for r in study[:2]]
+            + [replace(r, stages=stayed) for r in study[2:3]] + study[3:])  # fmt: skip
+    [wall] = [line for line in provenance(sweep_file, False, runs) if line.startswith("Wall")]
+    assert wall.endswith(
+        "3 of the runs resumed from a checkpoint; their durations include the earlier attempts "
+        "up to that checkpoint. 2 of the runs began on another device (cuda:0 (NVIDIA H200) "
+        "(2 runs)) and went on from its checkpoint on the machine they are counted under."
+    )
+    [wall] = [line for line in provenance(sweep_file, False, study) if line.startswith("Wall")]
+    assert "another device" not in wall
+
+
 def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
     """Durations on a CPU and a GPU neither add up nor make one span: one figure each."""
     from dataclasses import replace
