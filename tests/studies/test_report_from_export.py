@@ -234,21 +234,29 @@ def test_bad_sources_are_one_message_and_exit_2(study, capsys, flags, make, mess
     assert "Traceback" not in err and not Path("r.md").exists()
 
 
-def test_the_wall_time_says_what_resumed_runs_count(study):
-    """A run resumed from a checkpoint counts its earlier attempts only when the checkpoint
-    recorded their time (``resumed_seconds``); the report says which is which."""
+def _wall_line(study, stages: list[dict]) -> str:
+    """The report's wall-time line of the study's runs, the first ones given ``stages``."""
     from dataclasses import replace
 
     from ssilbench.studies.study import provenance
 
-    sweep_file = load_sweep_file(Path("study.toml"))
-    counted = {"policy": {"declared": 40, "used": 40, "resumed_from": 20,
-                          "resumed_seconds": 2.0}}  # fmt: skip
-    uncounted = {"policy": {"declared": 40, "used": 40, "resumed_from": 20}}
-    runs = ([replace(r, stages=counted) for r in study[:3]]
-            + [replace(r, stages=uncounted) for r in study[3:4]] + study[4:])  # fmt: skip
-    [wall] = [line for line in provenance(sweep_file, False, runs) if line.startswith("Wall")]
-    assert wall.endswith(
+    given = study[: len(stages)]
+    runs = [replace(r, stages=s) for r, s in zip(given, stages, strict=True)]
+    runs += study[len(stages) :]
+    lines = provenance(load_sweep_file(Path("study.toml")), False, runs)
+    [wall] = [line for line in lines if line.startswith("Wall")]
+    return wall
+
+
+def _resumed_stage(**recorded) -> dict:
+    return {"policy": {"declared": 40, "used": 40, "resumed_from": 20, **recorded}}
+
+
+def test_the_wall_time_says_what_resumed_runs_count(study):
+    """A run resumed from a checkpoint counts its earlier attempts only when the checkpoint
+    recorded their time (``resumed_seconds``); the report says which is which."""
+    counted, uncounted = _resumed_stage(resumed_seconds=2.0), _resumed_stage()
+    assert _wall_line(study, [counted] * 3 + [uncounted]).endswith(
         "first start to the last finish. 3 of the runs resumed from a checkpoint; their "
         "durations include the earlier attempts up to that checkpoint. 1 of the runs resumed "
         "from a checkpoint that did not record the time spent before it; their durations are "
@@ -259,26 +267,14 @@ def test_the_wall_time_says_what_resumed_runs_count(study):
 def test_runs_begun_on_another_device_are_said(study):
     """A run is counted under the device that finished it; one that began on another
     (its checkpoints carried over) is said, with that device."""
-    from dataclasses import replace
-
-    from ssilbench.studies.study import provenance
-
-    sweep_file = load_sweep_file(Path("study.toml"))
-    cpu = study[0].device
-    moved = {"policy": {"declared": 40, "used": 40, "resumed_from": 20, "resumed_seconds": 2.0,
-                        "resumed_devices": ["cuda:0 (NVIDIA H200)"]}}  # fmt: skip
-    stayed = {"policy": {"declared": 40, "used": 40, "resumed_from": 20, "resumed_seconds": 2.0,
-                         "resumed_devices": [cpu]}}  # fmt: skip
-    runs = ([replace(r, stages=moved) for r in study[:2]]
-            + [replace(r, stages=stayed) for r in study[2:3]] + study[3:])  # fmt: skip
-    [wall] = [line for line in provenance(sweep_file, False, runs) if line.startswith("Wall")]
-    assert wall.endswith(
+    moved = _resumed_stage(resumed_seconds=2.0, resumed_devices=["cuda:0 (NVIDIA H200)"])
+    stayed = _resumed_stage(resumed_seconds=2.0, resumed_devices=[study[0].device])
+    assert _wall_line(study, [moved, moved, stayed]).endswith(
         "3 of the runs resumed from a checkpoint; their durations include the earlier attempts "
         "up to that checkpoint. 2 of the runs began on another device (cuda:0 (NVIDIA H200) "
         "(2 runs)) and went on from its checkpoint on the machine they are counted under."
     )
-    [wall] = [line for line in provenance(sweep_file, False, study) if line.startswith("Wall")]
-    assert "another device" not in wall
+    assert "another device" not in _wall_line(study, [])
 
 
 def test_the_wall_time_of_runs_on_two_machines_is_given_per_machine(study):
