@@ -19,6 +19,13 @@ torch runs with one thread on a CPU (``UVA_BENCH_THREADS`` to change it). The nu
 docs/methods/uva.md ("Step times of the profiles"):
 
     python -m pytest benchmarks/test_bench_uva_profiles.py -q -s
+
+``UVA_BENCH_ARCH=uva_base`` measures the paper's sizes (261M parameters) instead of ``uva``'s,
+and ``UVA_BENCH_BATCHES`` other minibatches (e.g. ``2,16,128``: 128 is the paper's): GPU work,
+as a ``paper`` step of ``uva`` at batch 128 already takes minutes on a CPU thread:
+
+    UVA_BENCH_ARCH=uva_base UVA_BENCH_BATCHES=2,16,128 \
+        python -m pytest benchmarks/test_bench_uva_profiles.py -q -s
 """
 
 from __future__ import annotations
@@ -35,14 +42,21 @@ from ssilbench.data.split import UnlabeledView
 from ssilbench.stages import StagePlan
 from ssilbench_pusht.environment import PushTOptions, PushTTask
 from ssilbench_uva.architecture import Shared, UVARoleModel
-from ssilbench_uva.options import UVAOptions
+from ssilbench_uva.options import UVABaseOptions, UVAOptions
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 CPU = DEVICE.type == "cpu"
 THREADS = int(os.environ.get("UVA_BENCH_THREADS", "1"))
 SPEC = PushTTask("pusht", PushTOptions()).spec  # a stack of 13: the paper's stride fits
 PROFILES = ("small", "paper")
-BATCHES = (2, 16)
+ARCHES = {"uva": UVAOptions, "uva_base": UVABaseOptions}
+ARCH = os.environ.get("UVA_BENCH_ARCH", "uva")
+if ARCH not in ARCHES:
+    raise pytest.UsageError(f"UVA_BENCH_ARCH={ARCH!r}: use one of {', '.join(ARCHES)}.")
+try:
+    BATCHES = tuple(int(b) for b in os.environ.get("UVA_BENCH_BATCHES", "2,16").split(","))
+except ValueError:
+    raise pytest.UsageError("UVA_BENCH_BATCHES: comma-separated integers, e.g. 2,16,128.") from None
 FRAMES = 80  # two episodes of 40 stored frames
 STEPS = {"small": 2 if CPU else 20, "paper": 1 if CPU else 10}
 ROUNDS = {"small": 3, "paper": 1 if CPU else 3}  # paper: about a minute a step on a CPU
@@ -58,13 +72,14 @@ def _threads_and_summary():
     torch.set_num_threads(before)
     if RESULTS:
         threads = THREADS if CPU else torch.get_num_threads()
-        print(f"\nUVA profiles ({DEVICE}, torch threads {threads}):")
+        print(f"\nUVA profiles, arch {ARCH} ({DEVICE}, torch threads {threads}):")
         for name, line in RESULTS:
             print(f"  {name:<28} {line}")
 
 
 def _record(benchmark, name: str, line: str) -> None:
     benchmark.extra_info["device"] = str(DEVICE)
+    benchmark.extra_info["arch"] = ARCH
     benchmark.extra_info["torch_threads"] = THREADS if CPU else torch.get_num_threads()
     RESULTS.append((name, line))
     print(f"\n{name}: {line}")
@@ -92,7 +107,7 @@ def _shared(profile: str, batch: int) -> tuple[Shared, UnlabeledView]:
                      device=DEVICE, seed=0, plan=None, architectures=None,
                      evaluate=lambda policy: 0.0)  # fmt: skip
     # vae_steps=0: the autoencoder's weights stay random, which changes no timing.
-    options = UVAOptions(profile=profile, vae_steps=0, batch_size=batch)
+    options = ARCHES[ARCH](profile=profile, vae_steps=0, batch_size=batch)
     return Shared(ctx, options), view
 
 
