@@ -2,7 +2,8 @@
 otherwise (a log file, SLURM's output, CI).
 
 Both show, for each running run, its phase (preparing data, training STAGE, evaluating,
-labelling, waiting for a shared stage and whom for), step/total, latest training loss, last
+labelling, waiting for a shared stage and whom for, queued behind another group of its
+stacked unit), step/total, latest training loss, last
 evaluation and an estimate of the time left (from the events of
 :mod:`ssilbench.runner.telemetry`). The plain form writes a line when a unit of runs starts
 (so the first line comes at once), one per running run :data:`FIRST_ROUND` seconds after the
@@ -12,7 +13,7 @@ it has left, and fits :data:`WIDTH` columns: a run's config is shortened first, 
 loss and last evaluation are left out, then its method and environment are cut; its N_L and
 seed always stay. A run the sweep has claimed but that has said nothing yet (its pool
 worker is starting; on Ray or SLURM, until it ends) is counted, not drawn, as are runs
-preparing data beyond a few.
+preparing data or queued beyond a few.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ DEFAULT_EVERY = 30.0
 FIRST_ROUND = 5.0  # seconds from the start to the first round of run lines (at most)
 WIDTH = 100
 MAX_ROWS = 12  # runs shown at once in the live display; "+N more" for the rest
-GROUPED = 3  # more runs than this preparing data are one line
+GROUPED = 3  # more runs than this preparing data (or queued) are one line
 
 
 def progress_every() -> float:
@@ -86,6 +87,8 @@ def phase_words(view: RunView, holder: str = "") -> str:
     if phase == "waiting":
         return f"waiting for shared {view.detail or 'stage'}" + (
             f" (held by {holder})" if holder else "")  # fmt: skip
+    if phase == "queued":
+        return f"queued ({view.detail})" if view.detail else "queued"
     return f"{phase} {view.detail}".rstrip()
 
 
@@ -94,7 +97,7 @@ def status_parts(view: RunView, now: float | None = None, holder: str = "") -> l
     step/total, eta, last evaluation, loss (the curves keep every loss; a log reader
     looks for the score)."""
     parts = [phase_words(view, holder)]
-    if view.total and view.reported and view.phase != "preparing data":
+    if view.total and view.reported and view.phase not in ("preparing data", "queued"):
         parts.append(f"{short_count(view.step)}/{short_count(view.total)}")
     eta = view.eta(now) if view.phase in ("training", "evaluating", "") else None
     if eta is not None:
@@ -245,19 +248,24 @@ class PlainProgress(SweepObserver):
 
     def round(self) -> None:
         """One line per running run, now, one for the runs preparing data beyond a few,
-        and one for the claimed runs that have said nothing yet."""
+        one for the runs queued beyond a few, and one for the claimed runs that have said
+        nothing yet."""
         now = time.time()
         with self.lock:
             views = sorted(self.runs.values(), key=lambda v: v.started)
-        preparing = [v for v in views if v.phase == "preparing data"]
-        drawn = [v for v in views if v.reported and (len(preparing) <= GROUPED
-                                                    or v.phase != "preparing data")]  # fmt: skip
+        counted = {phase: [v for v in views if v.phase == phase]
+                   for phase in ("preparing data", "queued")}  # fmt: skip
+        grouped = {phase for phase, runs in counted.items() if len(runs) > GROUPED}
+        drawn = [v for v in views if v.reported and v.phase not in grouped]
         room = self._room()
         for view in drawn:
             holder = self.holder_of(view.holder) if view.phase == "waiting" else ""
             self._write(fit(view.label, status_parts(view, now, holder), room), now)
-        if len(preparing) > GROUPED:
-            self._write(f"{len(preparing)} runs preparing data", now)
+        if "preparing data" in grouped:
+            self._write(f"{len(counted['preparing data'])} runs preparing data", now)
+        if "queued" in grouped:
+            self._write(f"{len(counted['queued'])} runs queued behind another group of their "
+                        "stacked unit", now)  # fmt: skip
         silent = sum(not view.reported for view in views)
         if silent:
             self._write(f"{silent} more claimed, not heard from yet", now)

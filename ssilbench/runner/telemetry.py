@@ -6,7 +6,8 @@ Two things come out of it:
 
 - **events**, at most one progress event per run every :data:`EMIT_EVERY` seconds (plus one
   per evaluation and per stage change, and one per change of phase: preparing data,
-  evaluating, labelling, waiting for a shared stage; see :data:`PHASES`), sent to the
+  evaluating, labelling, waiting for a shared stage, queued behind another stacked group;
+  see :data:`PHASES`), sent to the
   process's event sink: in the sweep's own process straight to the :class:`SweepObserver`,
   from a pool worker through a multiprocessing queue the sweep drains (:func:`events_to`).
   Ray and SLURM workers have no sink: their runs are seen when they finish. The observer
@@ -43,7 +44,7 @@ EMIT_EVERY = 1.0
 Event = dict[str, Any]
 Sink = Callable[[Event], None]
 
-PHASES = ("preparing data", "training", "evaluating", "labelling", "waiting")
+PHASES = ("preparing data", "training", "evaluating", "labelling", "waiting", "queued")
 """What a run is doing: ``training`` is said by its progress events; the others by a
 ``phase`` event each (:meth:`RunTelemetry.phase`), until the next progress or evaluation."""
 

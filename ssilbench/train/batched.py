@@ -285,8 +285,18 @@ def _fit_chunk(
                 run.x, run.table = rows, padded_stack([table], padded_width(len(table)))[0][0]
         _resume(run)
         groups.setdefault(run.group_key(), []).append(run)
+    _say_queued(list(groups.values()))
     for runs in groups.values():
         _fit_catching_up(runs, lr=lr, rule=rule, schedule=schedule, speed=speed)
+
+
+def _say_queued(groups: list[list[_Run]]) -> None:
+    """Runs whose group trains after another are queued, and their progress says so (not
+    "preparing data"): with a dataset per seed, a unit's runs often fall in several groups."""
+    for k, runs in enumerate(groups[1:], start=2):
+        for run in runs:
+            if (watch := run.budget.plan.telemetry) is not None:
+                watch.phase("queued", f"stacked group {k} of {len(groups)}")
 
 
 def _fit_catching_up(runs: list[_Run], **settings: Any) -> None:

@@ -93,6 +93,34 @@ def test_phases_in_words(monkeypatch):
     assert run_status(view) == "labelling 40,000 rows 0/1k"
     observer.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
     assert run_status(view) == "preparing data"
+    observer.run_event({"run_id": "r1", "kind": "phase", "phase": "queued",
+                        "detail": "stacked group 2 of 3"})  # fmt: skip
+    assert run_status(view) == "queued (stacked group 2 of 3)"
+
+
+def test_plain_progress_counts_many_queued_runs_on_one_line():
+    """A stacked unit of runs on their own datasets trains in groups one after the other:
+    beyond a few, the runs waiting for their group are one line, not one each."""
+    out = io.StringIO()
+    progress = PlainProgress(10, out, every=3600)
+    _claimed(progress, 10)
+    for i in range(1, 10):
+        progress.run_event({"run_id": f"r{i}", "kind": "phase", "phase": "queued",
+                            "detail": f"stacked group {1 + i % 3} of 3"})  # fmt: skip
+    progress.round()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "seed 0 | training policy 12k/200k" in lines[0]
+    assert lines[1].endswith(" 9 runs queued behind another group of their stacked unit")
+    out.seek(0)
+    out.truncate()
+    for i in range(4, 10):  # three left queued: drawn one by one, as runs preparing data are
+        progress.run_event({"run_id": f"r{i}", "kind": "progress", "stage": "policy",
+                            "step": 10, "total": 200_000})  # fmt: skip
+    progress.round()
+    lines = out.getvalue().splitlines()
+    assert sum("| queued (stacked group" in line for line in lines) == 3, lines
+    assert len(lines) == 10 and "queued behind" not in out.getvalue()
 
 
 def _claimed(progress: SweepObserver, n: int) -> None:

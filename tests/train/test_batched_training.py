@@ -65,6 +65,32 @@ def test_stacked_runs_match_runs_trained_alone_even_as_runs_leave_the_stack():
             assert torch.allclose(pa, pb, atol=1e-9)
 
 
+def test_runs_of_later_groups_say_they_are_queued_until_their_group_trains():
+    """Runs of several widths train one group after the other: until its group's turn a
+    run's progress says "queued (stacked group K of N)", not "preparing data"."""
+    from ssilbench.runner.telemetry import RunTelemetry
+
+    events: list[dict] = []
+    problems = [problem(r) for r in range(len(SIZES))]
+    budgets = []
+    for r, (net, _, _) in enumerate(problems):
+        b, _ = budget(net)
+        b.plan.telemetry = RunTelemetry(f"r{r}", STEPS, sink=events.append)
+        budgets.append(b)
+    fit_classifiers(
+        [n for n, _, _ in problems], [x for _, x, _ in problems], [y for _, _, y in problems],
+        budgets, lr=0.01, batch_sizes=BATCHES, seeds=list(range(len(SIZES))), rule=RULE,
+    )  # fmt: skip
+    said = [(e["run_id"], e["phase"], e["detail"]) for e in events if e["kind"] == "phase"]
+    # Five groups: 6, 7, 40 (full batch), 40 (minibatches of 16) and 300 rows; the first
+    # trains at once, each other waits for its turn.
+    assert said == [(f"r{r}", "queued", f"stacked group {r + 1} of 5") for r in range(1, 5)]
+    first_progress = {e["run_id"]: i for i, e in reversed(list(enumerate(events)))
+                      if e["kind"] == "progress"}  # fmt: skip
+    last_queued = {e["run_id"]: i for i, e in enumerate(events) if e["kind"] == "phase"}
+    assert all(last_queued[r] < first_progress[r] for r in last_queued)
+
+
 def test_padded_widths_depend_on_the_width_alone_and_bound_the_padding():
     widths = range(1, 3000)
     padded = [padded_width(w) for w in widths]
