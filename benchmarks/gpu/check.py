@@ -197,15 +197,11 @@ def flops_projection(
 
 
 def procgen_missing() -> str | None:
-    """Why procgen cannot be imported here (the import error), or None when it can."""
-    from ssilbench.errors import PluginError
-    from ssilbench_procgen.vec_env import import_procgen
+    """Why procgen cannot run here (not importable, or its native library does not load),
+    or None when it can."""
+    from ssilbench_procgen.vec_env import procgen_problem
 
-    try:
-        import_procgen()
-    except PluginError as exc:
-        return str(exc)
-    return None
+    return procgen_problem()
 
 
 def _projected_evaluation(policy_call_s: float, why: str) -> dict:
@@ -230,7 +226,7 @@ def evaluation_seconds(plugins, device, policy_call_s: float, quick: bool) -> di
         began = time.perf_counter()
         result = evaluator(ClassifierPolicy(net))
         seconds = time.perf_counter() - began
-    except PluginError as exc:  # procgen imports, but its native library does not load
+    except PluginError as exc:  # a library procgen built from source does not load
         return _projected_evaluation(policy_call_s, str(exc))
     finally:
         evaluator.close()
