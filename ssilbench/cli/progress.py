@@ -36,6 +36,7 @@ FIRST_ROUND = 5.0  # seconds from the start to the first round of run lines (at 
 WIDTH = 100
 MAX_ROWS = 12  # runs shown at once in the live display; "+N more" for the rest
 GROUPED = 3  # more runs than this preparing data (or queued) are one line
+TRAINING = ("training", "evaluating", "")  # phases in which a run's pace is its stage's
 
 
 def progress_every() -> float:
@@ -99,7 +100,7 @@ def status_parts(view: RunView, now: float | None = None, holder: str = "") -> l
     parts = [phase_words(view, holder)]
     if view.total and view.reported and view.phase not in ("preparing data", "queued"):
         parts.append(f"{short_count(view.step)}/{short_count(view.total)}")
-    eta = view.eta(now) if view.phase in ("training", "evaluating", "") else None
+    eta = view.eta(now) if view.phase in TRAINING else None
     if eta is not None:
         parts.append(f"eta {duration(eta)}")
     if view.eval_step is not None:
@@ -212,8 +213,10 @@ class PlainProgress(SweepObserver):
     def sweep_eta(self, now: float | None = None) -> float | None:
         """Seconds the sweep has left at its pace so far: the share of its runs done,
         counting each running run's steps, over the time since it started (None before
-        any step; skipped runs count for nothing), and never less than its running runs'
-        own time left (parallel runs make the share grow faster than the last run ends)."""
+        any step; skipped runs count for nothing), and never less than its training runs'
+        own time left (parallel runs make the share grow faster than the last run ends). A
+        run that is not training (queued behind another group, labelling, waiting) makes no
+        steps meanwhile: its own pace would grow without bound, so it is left out there."""
         now = now or time.time()
         todo = self.total - self.counts["skipped"]
         if todo <= 0:
@@ -224,7 +227,8 @@ class PlainProgress(SweepObserver):
         share = (self.counts["done"] + self.counts["failed"] + partial) / todo
         if share <= 0:
             return None
-        longest = max((eta for v in views if (eta := v.eta(now)) is not None), default=0.0)
+        longest = max((eta for v in views if v.phase in TRAINING
+                       and (eta := v.eta(now)) is not None), default=0.0)  # fmt: skip
         return max(longest, (now - self.began) * (1 - share) / share)
 
     def _head(self, now: float) -> str:

@@ -98,6 +98,35 @@ def test_phases_in_words(monkeypatch):
     assert run_status(view) == "queued (stacked group 2 of 3)"
 
 
+def test_a_run_queued_behind_its_group_does_not_stretch_the_sweep_eta(monkeypatch):
+    """A run whose group waits makes no steps: its pace from before (a first stage, then
+    queued for the next) would put the sweep's end days away. Only training runs' own time
+    left bounds the sweep's."""
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.cli.progress.time.time", lambda: clock[0])
+    monkeypatch.setattr("ssilbench.runner.telemetry.time.time", lambda: clock[0])
+    progress = PlainProgress(2, io.StringIO(), every=3600)
+    progress.began = clock[0]
+    for i in range(2):
+        progress.run_started(f"r{i}", f"bc on maze:10x10, N_L=16, seed {i}", 200_000)
+        progress.run_event({"run_id": f"r{i}", "kind": "progress", "stage": "idm",
+                            "step": 1_000, "total": 200_000})  # fmt: skip
+    clock[0] += 60
+    for i in range(2):
+        progress.run_event({"run_id": f"r{i}", "kind": "progress", "stage": "idm",
+                            "step": 3_000, "total": 200_000})  # fmt: skip
+    progress.run_event({"run_id": "r1", "kind": "phase", "phase": "queued",
+                        "detail": "stacked group 2 of 2"})  # fmt: skip
+    clock[0] += 3_600  # r0 trains its group on; r1 waits, its step frozen at 3,000
+    progress.run_event({"run_id": "r0", "kind": "progress", "stage": "idm",
+                        "step": 120_000, "total": 200_000})  # fmt: skip
+    stale = progress.runs["r1"].eta(clock[0])
+    assert stale is not None and stale > 100 * 3_600  # its own pace: 3,660 s per 2,000 steps
+    # The sweep's pace: 0.6 and 0.015 of the two runs' steps in 3,660 s.
+    share = (0.6 + 0.015) / 2
+    assert progress.sweep_eta(clock[0]) == pytest.approx(3_660 * (1 - share) / share)
+
+
 def test_plain_progress_counts_many_queued_runs_on_one_line():
     """A stacked unit of runs on their own datasets trains in groups one after the other:
     beyond a few, the runs waiting for their group are one line, not one each."""
