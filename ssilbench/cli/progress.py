@@ -350,7 +350,7 @@ class LiveProgress(SweepObserver):
                 f"{short_count(view.step)}/{short_count(view.total)} {share}",
                 f"loss {_number(view.loss)}",
                 f"eval {evaluation}",
-                f"eta {duration(view.eta(now))}",
+                f"eta {duration(view.eta(now) if view.phase in TRAINING else None)}",
             )
         if len(views) > MAX_ROWS:
             table.add_row(f"[dim]+{len(views) - MAX_ROWS} more running[/]", "", "", "", "", "")
