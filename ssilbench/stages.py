@@ -107,15 +107,27 @@ class StageBudget:
         self.plan.global_step += used
         self.reused = reused
         self.stopped_early = stopped_early
+        if stopped_early:
+            self._forgo_unspent()
         if self.stage.policy and self.policy is not None:
             self.plan.evaluate(self.policy)
 
     def stop_early(self, reason: str) -> None:
         """End the stage before its budget (a documented stopping rule); recorded per run."""
+        first = self.stopped_early is None
         self.stopped_early = reason
+        if first:
+            self._forgo_unspent()
         already = self.used % self.plan.eval_every == 0  # tick() has just evaluated it
         if self.stage.policy and self.policy is not None and not already:
             self.plan.evaluate(self.policy)
+
+    def _forgo_unspent(self) -> None:
+        # The run's progress counts to the steps it will take, so that its time left is not
+        # that of the steps this stage leaves unspent.
+        telemetry = self.plan.telemetry
+        if telemetry is not None:
+            telemetry.forgo(self.stage.steps - self.used)
 
 
 @dataclass

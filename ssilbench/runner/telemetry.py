@@ -165,6 +165,11 @@ class RunTelemetry:
         elif time.monotonic() >= self._next:
             self._emit_progress()
 
+    def forgo(self, steps: int) -> None:
+        """``steps`` the run will not take after all (a stage that stopped early): the total
+        its progress counts to, and so its time left, shrinks by them."""
+        self.total = max(self._step, self.total - max(0, steps))
+
     # -- called by the run's harness ----------------------------------------------------------
     def evaluation(self, stage: str, step: int, result: dict[str, Any]) -> None:
         """An evaluation at ``step``: each of its numbers becomes a point of ``eval/NAME``."""

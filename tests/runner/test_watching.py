@@ -100,6 +100,28 @@ def test_a_sweep_records_curves_and_log_metric_without_changing_results(plugins,
     assert all(r.curves for r in watched.ended)
 
 
+def test_a_stage_that_stops_early_takes_its_unspent_steps_out_of_the_total(plugins, data, tmp_path):
+    # The rule checks at step 500 of each 550-step stage; the IDM stops there, and the run's
+    # progress then counts to the steps it will take, not to the 1,100 declared.
+    watched = Recorder()
+    sweep = Sweep(methods=["idm_labeling"], budgets=["0.5"], seeds=[0], steps=1100,
+                  stop_early=True, **MAZE)  # fmt: skip
+    with ResultsStore(tmp_path) as store:
+        summary = run_sweep(build_plan(plugins, sweep, data), plugins, store, CPU,
+                            on_progress=watched)  # fmt: skip
+        [run] = store.rows("done")
+    assert summary.ok
+    idm, policy = run.stages["idm"], run.stages["policy"]
+    assert idm["stopped_early"] and idm["used"] == 500
+    progress = [e for e in watched.events if e["kind"] == "progress"]
+    assert progress[0]["stage"] == "idm" and progress[0]["total"] == 1100
+    first_policy = next(e for e in progress if e["stage"] == "policy")
+    assert first_policy["total"] == 1100 - 50
+    assert progress[-1]["step"] == progress[-1]["total"] == idm["used"] + policy["used"]
+    view = watched.runs.get(run.run_id)
+    assert view is None or view.total == progress[-1]["total"]
+
+
 def test_events_come_back_from_pool_workers(plugins, data, tmp_path):
     from ssilbench.runner.units import PoolSetup
     from ssilbench.runner.worker import RunStorage

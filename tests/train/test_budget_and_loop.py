@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ssilbench.api import Stage
+from ssilbench.runner.telemetry import RunTelemetry
 from ssilbench.stages import StagePlan, StepParityError, check_stages
 from ssilbench.train.loop import BatchSampler, optimise
 
@@ -147,6 +148,20 @@ def test_stop_early_is_allowed_and_recorded():
         "stopped_early": "validation loss stopped improving",
     }
     assert report["b"]["stopped_early"] is None
+
+
+def test_a_stage_that_stops_early_shrinks_the_total_the_run_s_progress_counts_to():
+    plan, _ = make_plan(Stage("a", 10), Stage("b", 5), Stage("c", 6))
+    plan.telemetry = RunTelemetry("r", 21)
+    budget = plan.stage("a")
+    run(budget, 4)
+    budget.stop_early("converged")
+    budget.stop_early("converged")  # said twice, counted once
+    assert plan.telemetry.total == 15
+    plan.stage("b").replay(2, "converged", reused="cafe")  # a reused stage that stopped early
+    assert plan.telemetry.total == 12
+    run(plan.stage("c"), 6)  # a stage that runs all its steps leaves the total as it is
+    assert plan.telemetry.total == 12 == plan.global_step
 
 
 # --- periodic evaluation -----------------------------------------------------------------
