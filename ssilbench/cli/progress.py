@@ -79,6 +79,11 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def _restored(view: RunView) -> float:
+    """The share of a run's steps it had before it stepped here."""
+    return min(1.0, view.began_at / view.total) if view.total and view.began_at else 0.0
+
+
 def phase_words(view: RunView, holder: str = "") -> str:
     """What the run does, in words: ``training policy``, ``evaluating policy``,
     ``labelling 40,000 rows``, ``waiting for shared idm (held by LABEL)``."""
@@ -202,6 +207,7 @@ class PlainProgress(SweepObserver):
         self.stream = stream or sys.stderr
         self.every = progress_every() if every is None else every
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
+        self.restored = 0.0  # the ended runs' shares done before they stepped here
         self.began = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="ssilbench-progress", daemon=True)
@@ -216,20 +222,33 @@ class PlainProgress(SweepObserver):
         any step; skipped runs count for nothing), and never less than its training runs'
         own time left (parallel runs make the share grow faster than the last run ends). A
         run that is not training (queued behind another group, labelling, waiting) makes no
-        steps meanwhile: its own pace would grow without bound, so it is left out there."""
+        steps meanwhile: its own pace would grow without bound, so it is left out there.
+        Steps a run had before it stepped here (resumed from a checkpoint, stages reused from
+        the cache) are neither done nor to do: counted as done, a resumed sweep's first
+        minutes would promise its end within minutes."""
         now = now or time.time()
         todo = self.total - self.counts["skipped"]
         if todo <= 0:
             return 0.0
         with self.lock:
             views = list(self.runs.values())
-        partial = sum(min(1.0, v.step / v.total) for v in views if v.total)
-        share = (self.counts["done"] + self.counts["failed"] + partial) / todo
+            restored = self.restored
+        partial = sum(max(0.0, min(1.0, v.step / v.total) - _restored(v)) for v in views
+                      if v.total)  # fmt: skip
+        work = todo - restored - sum(_restored(v) for v in views)
+        ended = self.counts["done"] + self.counts["failed"]
+        share = (ended - restored + partial) / work if work > 0 else 1.0
         if share <= 0:
             return None
         longest = max((eta for v in views if v.phase in TRAINING
                        and (eta := v.eta(now)) is not None), default=0.0)  # fmt: skip
         return max(longest, (now - self.began) * (1 - share) / share)
+
+    def run_ended(self, run_id: str, record: Any) -> None:
+        with self.lock:
+            view = self.runs.get(run_id)
+            self.restored += _restored(view) if view is not None else 0.0
+        super().run_ended(run_id, record)
 
     def _head(self, now: float) -> str:
         ended = self.counts["done"] + self.counts["failed"] + self.counts["skipped"]

@@ -346,6 +346,9 @@ class RunView:
     """(step, time) of the first progress event of the current stage: the pace is measured
     from there, not from the claim, so that time queued for a worker, an earlier stage and
     steps restored from a checkpoint do not count as this stage's steps."""
+    began_at: int | None = None
+    """The steps the run had before its first step here (restored from a checkpoint, or
+    stages reused from the cache): not this sweep's work, nor its pace."""
     phase: str = ""
     """One of :data:`PHASES` ("" before the run's first event)."""
     detail: str = ""
@@ -385,6 +388,8 @@ class RunView:
         if kind == "progress":
             if self.origin is None or event["stage"] != self.stage:
                 self.origin = (event["step"], self.updated)
+            if self.began_at is None:  # a run's first event comes at its first step here
+                self.began_at = max(0, event["step"] - 1)
             self.stage, self.step = event["stage"], event["step"]
             self.total = event.get("total") or self.total
             if event.get("loss") is not None:

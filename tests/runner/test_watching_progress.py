@@ -28,6 +28,8 @@ def test_plain_lines_name_every_run_with_the_sweep_eta_and_shorten_the_config_fi
     progress.run_event({"run_id": "r1", "kind": "phase", "phase": "preparing data"})
     progress("start", LONG)  # a unit starts: said at once
     progress.round()
+    progress.run_event({"run_id": "r1", "kind": "progress", "stage": "policy", "step": 1,
+                        "total": 25_000_000})  # its first step  # fmt: skip
     clock[0] += 100
     progress.run_event({"run_id": "r1", "kind": "progress", "stage": "policy",
                         "step": 5_000_000, "total": 25_000_000, "loss": 0.23125})  # fmt: skip
@@ -43,10 +45,10 @@ def test_plain_lines_name_every_run_with_the_sweep_eta_and_shorten_the_config_fi
     progress.close()
     lines = out.getvalue().splitlines()
     assert all(len(line) <= WIDTH for line in lines), lines
-    # The sweep's runs ended and its time left: nothing known, then 1.2 of 4 runs in 100 s,
-    # then 2 of 4.
+    # The sweep's runs ended and its time left: nothing known, then 1.2 of 4 runs in 100 s
+    # (3:53 left at that pace) but r1's own 20M steps left at its pace (6:40), then 2 of 4.
     assert [line[9:24] for line in lines] == ["[0/4 eta ?] sta", "[0/4 eta ?] idm"] + [
-        "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[1/4 eta 3:53] ", "[2/4 eta 1:40] "]  # fmt: skip
+        "[1/4 eta 6:40] ", "[1/4 eta 6:40] ", "[1/4 eta 6:40] ", "[2/4 eta 1:40] "]  # fmt: skip
     assert lines[0].endswith("] start: idm_labeling (arch=impala, idm_batch_size=f..) "
                              "procgen:bigfish N=0.25 s7")  # fmt: skip
     # Method, env, N_L and seed in every line; the config shortened first.
@@ -122,9 +124,34 @@ def test_a_run_queued_behind_its_group_does_not_stretch_the_sweep_eta(monkeypatc
                         "step": 120_000, "total": 200_000})  # fmt: skip
     stale = progress.runs["r1"].eta(clock[0])
     assert stale is not None and stale > 100 * 3_600  # its own pace: 3,660 s per 2,000 steps
-    # The sweep's pace: 0.6 and 0.015 of the two runs' steps in 3,660 s.
-    share = (0.6 + 0.015) / 2
+    # The sweep's pace: 0.6 and 0.015 of the two runs' steps in 3,660 s, less the 999 steps
+    # each had before its first event here.
+    before = 999 / 200_000
+    share = (0.6 + 0.015 - 2 * before) / (2 - 2 * before)
     assert progress.sweep_eta(clock[0]) == pytest.approx(3_660 * (1 - share) / share)
+
+
+def test_steps_restored_from_a_checkpoint_do_not_count_as_the_sweep_s_pace(monkeypatch):
+    """Two runs: one resumed at 60,000 of its 100,000 steps, one not begun. In a minute the
+    resumed run makes 10,000 steps: the sweep has 1.4 runs' work to do and has done 0.1 of
+    it, so it has 13 minutes left, not the 2 that 0.7 of 2 runs done would say."""
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.cli.progress.time.time", lambda: clock[0])
+    monkeypatch.setattr("ssilbench.runner.telemetry.time.time", lambda: clock[0])
+    progress = PlainProgress(2, io.StringIO(), every=3600)
+    progress.began = clock[0]
+    progress.run_started("r0", "bc on maze:10x10, N_L=16, seed 0", 100_000)
+    progress.run_event({"run_id": "r0", "kind": "progress", "stage": "policy",
+                        "step": 60_001, "total": 100_000})  # fmt: skip
+    clock[0] += 60
+    progress.run_event({"run_id": "r0", "kind": "progress", "stage": "policy",
+                        "step": 70_001, "total": 100_000})  # fmt: skip
+    assert progress.sweep_eta(clock[0]) == pytest.approx(60 * 1.3 / 0.1, rel=1e-3)
+    # Recorded, the resumed run counts the 0.4 it did here: r1, not begun, is the 1.0 left.
+    clock[0] += 4 * 60 - 60
+    progress("done", "r0")
+    progress.run_ended("r0", None)
+    assert progress.sweep_eta(clock[0]) == pytest.approx(240 * 1.0 / 0.4, rel=1e-3)
 
 
 def test_plain_progress_counts_many_queued_runs_on_one_line():
