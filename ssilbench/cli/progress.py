@@ -191,30 +191,21 @@ def fit(label: str, parts: list[str] | str, width: int = WIDTH) -> str:
     return f"{compact(label, room)} | {status}"
 
 
-class PlainProgress(SweepObserver):
-    """Plain lines on ``stream``: a unit's start, the running runs every ``every`` seconds
-    (the first round sooner), each end; each line with the sweep's count and time left."""
+class PacedProgress(SweepObserver):
+    """A display's counts of the sweep's runs and its time left, the same in plain lines
+    and in the live display."""
 
-    def __init__(
-        self,
-        total: int,
-        stream: TextIO | None = None,
-        every: float | None = None,
-        loggers: Sequence[Any] = (),
-    ) -> None:
+    def __init__(self, total: int, loggers: Sequence[Any] = ()) -> None:
         super().__init__(list(loggers))
         self.total = total
-        self.stream = stream or sys.stderr
-        self.every = progress_every() if every is None else every
         self.counts = {"done": 0, "failed": 0, "skipped": 0}
         self.restored = 0.0  # the ended runs' shares done before they stepped here
         self.began = time.time()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="ssilbench-progress", daemon=True)
 
-    def start(self) -> None:
-        self.began = time.time()
-        self._thread.start()
+    def count(self, event: str) -> None:
+        """Count a sweep event (done, failed, skipped)."""
+        if event in self.counts:
+            self.counts[event] += 1
 
     def sweep_eta(self, now: float | None = None) -> float | None:
         """Seconds the sweep has left at its pace so far: the share of its runs done,
@@ -250,6 +241,28 @@ class PlainProgress(SweepObserver):
             self.restored += _restored(view) if view is not None else 0.0
         super().run_ended(run_id, record)
 
+
+class PlainProgress(PacedProgress):
+    """Plain lines on ``stream``: a unit's start, the running runs every ``every`` seconds
+    (the first round sooner), each end; each line with the sweep's count and time left."""
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None = None,
+        every: float | None = None,
+        loggers: Sequence[Any] = (),
+    ) -> None:
+        super().__init__(total, loggers)
+        self.stream = stream or sys.stderr
+        self.every = progress_every() if every is None else every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="ssilbench-progress", daemon=True)
+
+    def start(self) -> None:
+        self.began = time.time()
+        self._thread.start()
+
     def _head(self, now: float) -> str:
         ended = self.counts["done"] + self.counts["failed"] + self.counts["skipped"]
         return f"{time.strftime('%H:%M:%S', time.localtime(now))} " \
@@ -264,8 +277,7 @@ class PlainProgress(SweepObserver):
         return WIDTH - len(self._head(time.time()))
 
     def __call__(self, event: str, text: str) -> None:
-        if event in self.counts:
-            self.counts[event] += 1
+        self.count(event)
         if event in ("done", "failed", "start"):
             self._write(f"{event}: {compact(text, self._room() - len(event) - 2)}")
 
@@ -306,8 +318,9 @@ class PlainProgress(SweepObserver):
         super().close()
 
 
-class LiveProgress(SweepObserver):
-    """A rich live display on stderr: the sweep's bar and a row per running run."""
+class LiveProgress(PacedProgress):
+    """A rich live display on stderr: the sweep's bar (its time left as the plain lines
+    give it) and a row per running run."""
 
     def __init__(self, total: int, console: Any = None, loggers: Sequence[Any] = ()) -> None:
         from rich.console import Console
@@ -317,10 +330,9 @@ class LiveProgress(SweepObserver):
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
 
-        super().__init__(list(loggers))
+        super().__init__(total, loggers)
         self.console = console or Console(stderr=True)
         self.bar = Progress(
             TextColumn("[bold]sweep"),
@@ -329,17 +341,17 @@ class LiveProgress(SweepObserver):
             TextColumn("[green]{task.fields[done]} done[/] · {task.fields[running]} running · "
                        "{task.fields[waiting]} waiting · [red]{task.fields[failed]} failed[/]"),
             TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
+            TextColumn("eta {task.fields[eta]}"),
             console=self.console,
         )  # fmt: skip
-        self.counts = {"done": 0, "failed": 0}
-        self.task = self.bar.add_task("", total=total, running=0, waiting=0, **self.counts)
+        self.task = self.bar.add_task("", total=total, running=0, waiting=0, eta="?",
+                                      **self.counts)  # fmt: skip
         self.live: Any = None
 
     def start(self) -> None:
         from rich.live import Live
 
+        self.began = time.time()
         self.live = Live(console=self.console, get_renderable=self.render,
                          refresh_per_second=2, transient=False)  # fmt: skip
         self.live.start()
@@ -357,7 +369,8 @@ class LiveProgress(SweepObserver):
             views = sorted((v for v in self.runs.values() if v.reported),
                            key=lambda v: v.started)  # fmt: skip
             waiting = len(self.runs) - len(views)
-        self.bar.update(self.task, running=len(views), waiting=waiting)
+        self.bar.update(self.task, running=len(views), waiting=waiting,
+                        eta=duration(self.sweep_eta(now)))  # fmt: skip
         for view in views[:MAX_ROWS]:
             share = f"{100 * view.step / view.total:.0f}%" if view.total else ""
             evaluation = (f"{_number(view.score)}@{short_count(view.eval_step)}"
@@ -378,10 +391,9 @@ class LiveProgress(SweepObserver):
     def __call__(self, event: str, text: str) -> None:
         if event in ("start", "claimed"):
             return
-        if event in ("done", "failed"):
-            self.counts[event] += 1
-            if event == "failed":
-                self.console.print(f"[red]failed[/red] {text}")
+        self.count(event)
+        if event == "failed":
+            self.console.print(f"[red]failed[/red] {text}")
         self.bar.advance(self.task)
         self.bar.update(self.task, **self.counts)
 

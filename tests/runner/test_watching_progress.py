@@ -221,6 +221,33 @@ def test_the_live_display_draws_training_runs_and_counts_the_waiting_ones():
     assert text.count("bc on maze:10x10") == 1 and "seed 0" in text
 
 
+def test_the_live_display_gives_the_sweep_the_time_left_the_plain_lines_give(monkeypatch):
+    from rich.console import Console
+
+    from ssilbench.cli.progress import LiveProgress
+
+    clock = [1000.0]
+    monkeypatch.setattr("ssilbench.cli.progress.time.time", lambda: clock[0])
+    monkeypatch.setattr("ssilbench.runner.telemetry.time.time", lambda: clock[0])
+    screen = io.StringIO()
+    console = Console(file=screen, width=160, force_terminal=False, color_system=None)
+    live, plain = LiveProgress(3, console), PlainProgress(3, io.StringIO(), every=3600)
+    for display in (live, plain):
+        display.began = clock[0]
+        display("skipped", "bc on maze:10x10, N_L=16, seed 2")  # recorded already
+        display.run_started("r0", "bc on maze:10x10, N_L=16, seed 0", 100_000)
+        display.run_event({"run_id": "r0", "kind": "progress", "stage": "policy",
+                           "step": 50_001, "total": 100_000})  # resumed  # fmt: skip
+    clock[0] += 60
+    for display in (live, plain):
+        display.run_event({"run_id": "r0", "kind": "progress", "stage": "policy",
+                           "step": 60_001, "total": 100_000})  # fmt: skip
+    # 0.1 of the 1.5 runs' work left at the start, in a minute: 14 minutes to go.
+    assert plain.sweep_eta(clock[0]) == pytest.approx(60 * 1.4 / 0.1, rel=1e-3)
+    console.print(live.render())
+    assert "eta 14:00" in screen.getvalue().splitlines()[0]
+
+
 def test_run_status_estimates_the_time_left():
     view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
     assert run_status(view, now=100.0) == "training idm 250/1k eta 5:00"
