@@ -285,8 +285,11 @@ def _fit_chunk(
                 run.x, run.table = rows, padded_stack([table], padded_width(len(table)))[0][0]
         _resume(run)
         groups.setdefault(run.group_key(), []).append(run)
-    _say_queued(list(groups.values()))
-    for runs in groups.values():
+    ordered = list(groups.values())
+    _say_queued(ordered)
+    for j, runs in enumerate(ordered):
+        if j:  # the groups before it are through this stage: they wait, not train
+            _say_trained(ordered[:j], f"stacked group {j + 1} of {len(ordered)} trains")
         _fit_catching_up(runs, lr=lr, rule=rule, schedule=schedule, speed=speed)
 
 
@@ -297,6 +300,14 @@ def _say_queued(groups: list[list[_Run]]) -> None:
         for run in runs:
             if (watch := run.budget.plan.telemetry) is not None:
                 watch.phase("queued", f"stacked group {k} of {len(groups)}")
+
+
+def _say_trained(groups: list[list[_Run]], which: str) -> None:
+    """Runs through this stage while a later group trains it say so: a run whose last word
+    was its training would seem to train on at a frozen step, its time left growing."""
+    for run in (run for runs in groups for run in runs):
+        if (watch := run.budget.plan.telemetry) is not None:
+            watch.phase("queued", f"{run.budget.stage.name} trained, {which}")
 
 
 def _fit_catching_up(runs: list[_Run], **settings: Any) -> None:

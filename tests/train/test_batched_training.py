@@ -84,11 +84,19 @@ def test_runs_of_later_groups_say_they_are_queued_until_their_group_trains():
     said = [(e["run_id"], e["phase"], e["detail"]) for e in events if e["kind"] == "phase"]
     # Five groups: 6, 7, 40 (full batch), 40 (minibatches of 16) and 300 rows; the first
     # trains at once, each other waits for its turn.
-    assert said == [(f"r{r}", "queued", f"stacked group {r + 1} of 5") for r in range(1, 5)]
+    waits = [(f"r{r}", "queued", f"stacked group {r + 1} of 5") for r in range(1, 5)]
+    assert said[:4] == waits
     first_progress = {e["run_id"]: i for i, e in reversed(list(enumerate(events)))
                       if e["kind"] == "progress"}  # fmt: skip
-    last_queued = {e["run_id"]: i for i, e in enumerate(events) if e["kind"] == "phase"}
-    assert all(last_queued[r] < first_progress[r] for r in last_queued)
+    first_queued = {e["run_id"]: i for i, e in reversed(list(enumerate(events)))
+                    if e["kind"] == "phase"}  # fmt: skip
+    assert all(first_queued[f"r{r}"] < first_progress[f"r{r}"] for r in range(1, 5))
+    # Then, as each later group trains, the runs through the stage say so.
+    assert said[4:] == [(f"r{r}", "queued", f"fit trained, stacked group {j + 1} of 5 trains")
+                        for j in range(1, 5) for r in range(j)]  # fmt: skip
+    last_progress = {e["run_id"]: i for i, e in enumerate(events) if e["kind"] == "progress"}
+    last_phase = {e["run_id"]: i for i, e in enumerate(events) if e["kind"] == "phase"}
+    assert all(last_phase[f"r{r}"] > last_progress[f"r{r}"] for r in range(4))
 
 
 def test_padded_widths_depend_on_the_width_alone_and_bound_the_padding():
