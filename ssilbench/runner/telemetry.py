@@ -167,8 +167,10 @@ class RunTelemetry:
 
     def forgo(self, steps: int) -> None:
         """``steps`` the run will not take after all (a stage that stopped early): the total
-        its progress counts to, and so its time left, shrinks by them."""
+        its progress counts to, and so its time left, shrinks by them; said at once."""
         self.total = max(self._step, self.total - max(0, steps))
+        if self.stage:
+            self._emit_progress()
 
     # -- called by the run's harness ----------------------------------------------------------
     def evaluation(self, stage: str, step: int, result: dict[str, Any]) -> None:

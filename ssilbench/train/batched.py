@@ -371,6 +371,7 @@ def _fit_group(
             break
         if gone:
             keep = [r for r in g.runs if r not in gone]
+            _say_trained([gone], "its stacked group trains on")
             g.store(keep)
             g = _Group(keep, lr)
     g.store()

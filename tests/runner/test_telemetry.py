@@ -69,6 +69,19 @@ def test_telemetry_curves_and_throttled_events():
     assert curves[("policy", "eval/return")]["values"] == [None]
 
 
+def test_steps_forgone_shrink_the_total_and_are_said_at_once():
+    events = []
+    t = RunTelemetry("r1", 200, events.append, every=3600)
+    t.forgo(50)  # before any stage: the next event carries it
+    assert t.total == 150 and events == []
+    t.train_loss("idm", 10, torch.tensor(0.5))
+    t.forgo(40)  # the IDM stopped at step 10 of its 50
+    assert [(e["kind"], e["step"], e["total"]) for e in events] == [
+        ("progress", 10, 150), ("progress", 10, 110)]  # fmt: skip
+    t.forgo(1_000)  # never below the step it stands at
+    assert t.total == 10
+
+
 def test_stacked_losses_are_picked_per_run():
     t = RunTelemetry("r1", 10, None)
     for step in range(1, 11):

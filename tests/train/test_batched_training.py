@@ -99,6 +99,29 @@ def test_runs_of_later_groups_say_they_are_queued_until_their_group_trains():
     assert all(last_phase[f"r{r}"] > last_progress[f"r{r}"] for r in range(4))
 
 
+def test_a_run_that_leaves_its_stack_says_so_while_its_group_trains_on():
+    """Two runs of one shape, 60 and 120 steps: the first leaves the stack at step 60 and
+    says so, where it would seem to train on at a frozen step."""
+    from ssilbench.runner.telemetry import RunTelemetry
+
+    events: list[dict] = []
+    nets, budgets = [], []
+    for r, steps in enumerate((60, 120)):
+        net, _, _ = problem(2)
+        plan = StagePlan([Stage("fit", steps, policy=True)], 50, evaluate=lambda policy: None)
+        plan.telemetry = RunTelemetry(f"r{r}", steps, sink=events.append)
+        nets.append(net)
+        budgets.append(plan.stage("fit", policy=net))
+    _, x, y = problem(2)
+    fit_classifiers(nets, [x, x], [y, y], budgets, lr=0.01, batch_sizes=[64, 64], seeds=[0, 1],
+                    rule=None)  # fmt: skip
+    assert [b.used for b in budgets] == [60, 120]
+    said = [(e["run_id"], e["phase"], e["detail"]) for e in events if e["kind"] == "phase"]
+    assert said == [("r0", "queued", "fit trained, its stacked group trains on")]
+    r0 = [e for e in events if e["run_id"] == "r0"]
+    assert r0[-1]["kind"] == "phase"  # its last word, until its next stage or its end
+
+
 def test_padded_widths_depend_on_the_width_alone_and_bound_the_padding():
     widths = range(1, 3000)
     padded = [padded_width(w) for w in widths]
