@@ -26,9 +26,9 @@ from ssilbench.errors import SsilbenchError
 from ssilbench.planning.plan import SweepPlan, TaskInfo, open_datasets
 from ssilbench.planning.values import display_label
 from ssilbench.plugins import Plugins
+from ssilbench.runner.observer import SweepObserver
 from ssilbench.runner.schedule import execution_units, leaders_first
 from ssilbench.runner.telemetry import (
-    SweepObserver,
     announce,
     drained,
     events_to,
@@ -243,7 +243,7 @@ def run_sweep(
     one at a time. Stacked in a pool, each label budget is a unit of its own.
     ``executor`` (``ssilbench.runner.executors``) sends units elsewhere (Ray, SLURM); the
     results come back here and this process alone writes the store.
-    An ``on_progress`` that is a :class:`~ssilbench.runner.telemetry.SweepObserver` also
+    An ``on_progress`` that is a :class:`~ssilbench.runner.observer.SweepObserver` also
     follows each run while it trains (from this process and from a pool's workers) and
     hands each recorded run, curves included, to its loggers."""
     sweep = SweepExecution(plan, plugins, store, device, retry_failed, on_progress)

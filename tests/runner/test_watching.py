@@ -28,8 +28,8 @@ from ssilbench.loggers.base import (
 )
 from ssilbench.loggers.tensorboard import TensorBoardLogger, read_events
 from ssilbench.planning.plan import build_plan
+from ssilbench.runner.observer import RunView, SweepObserver
 from ssilbench.runner.sweep import run_sweep
-from ssilbench.runner.telemetry import RunView, SweepObserver
 from ssilbench.runs.spec import RunSpec, Sweep
 from ssilbench.runs.store import ResultsStore
 

@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from ssilbench.cli.progress import WIDTH, PlainProgress, fit, run_status
-from ssilbench.runner.telemetry import RunView, SweepObserver
+from ssilbench.runner.observer import RunView, SweepObserver
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
