@@ -298,16 +298,20 @@ def _say_queued(groups: list[list[_Run]]) -> None:
     "preparing data"): with a dataset per seed, a unit's runs often fall in several groups."""
     for k, runs in enumerate(groups[1:], start=2):
         for run in runs:
-            if (watch := run.budget.plan.telemetry) is not None:
-                watch.phase("queued", f"stacked group {k} of {len(groups)}")
+            _queued(run, f"stacked group {k} of {len(groups)}")
 
 
 def _say_trained(groups: list[list[_Run]], which: str) -> None:
     """Runs through this stage while a later group trains it say so: a run whose last word
     was its training would seem to train on at a frozen step, its time left growing."""
     for run in (run for runs in groups for run in runs):
-        if (watch := run.budget.plan.telemetry) is not None:
-            watch.phase("queued", f"{run.budget.stage.name} trained, {which}")
+        _queued(run, f"{run.budget.stage.name} trained, {which}")
+
+
+def _queued(run: _Run, detail: str) -> None:
+    """The run's progress says it is queued (``detail``: behind what), where it is watched."""
+    if (watch := run.budget.plan.telemetry) is not None:
+        watch.phase("queued", detail)
 
 
 def _fit_catching_up(runs: list[_Run], **settings: Any) -> None:
