@@ -3,9 +3,9 @@ otherwise (a log file, SLURM's output, CI).
 
 Both show, for each running run, its phase (preparing data, training STAGE, evaluating,
 labelling, waiting for a shared stage and whom for, queued behind another group of its
-stacked unit), step/total, latest training loss, last
-evaluation and an estimate of the time left (from the events of
-:mod:`ssilbench.runner.telemetry`, kept by :mod:`ssilbench.runner.observer`). The plain form writes a line when a unit of runs starts
+stacked unit), step/total, latest training loss, last evaluation and an estimate of the
+time left (from the events of :mod:`ssilbench.runner.telemetry`, kept by
+:mod:`ssilbench.runner.observer`). The plain form writes a line when a unit of runs starts
 (so the first line comes at once), one per running run :data:`FIRST_ROUND` seconds after the
 start and then every ``every`` seconds (``SSILBENCH_PROGRESS_EVERY``, default 30), and one
 when a run ends. Every plain line starts with the sweep's count of runs ended and the time
