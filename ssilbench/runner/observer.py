@@ -1,7 +1,8 @@
 """The sweep process's side of telemetry: what it knows of each running run
 (:class:`RunView`) and the listener that hands runs' events to a display and to loggers
-(:class:`SweepObserver`). The runs' side, which sends those events, is
-:mod:`ssilbench.runner.telemetry`."""
+(:class:`SweepObserver`). The runs' side, which sends those events (dicts, its ``Event``),
+is :mod:`ssilbench.runner.telemetry`; this module does not import it, which keeps the
+deprecated names there (``telemetry.SweepObserver``) free of an import circle."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-
-from ssilbench.runner.telemetry import Event
 
 
 @dataclass
@@ -62,7 +61,7 @@ class RunView:
         """Whether the run has said anything yet (a phase or a step)."""
         return bool(self.phase or self.stage)
 
-    def apply(self, event: Event) -> dict[str, float]:
+    def apply(self, event: dict[str, Any]) -> dict[str, float]:
         """Take in one of the run's events; returns its numbers as ``stage/name`` points
         (what a logger gets live), empty for a phase."""
         self.updated = time.time()
@@ -123,7 +122,7 @@ class SweepObserver:
                 if spec is not None:
                     _call(logger, "run_hparams", run_id, label, spec)
 
-    def run_event(self, event: Event) -> None:
+    def run_event(self, event: dict[str, Any]) -> None:
         """A live event of a run (from this process or a pool worker)."""
         with self._logging:
             with self.lock:

@@ -326,3 +326,18 @@ def drained(events: Any, handle: Sink) -> Iterator[None]:
         with contextlib.suppress(Exception):
             while True:
                 handle(events.get_nowait())
+
+
+_MOVED = ("RunView", "SweepObserver")
+"""The sweep process's side, in :mod:`ssilbench.runner.observer` since API 1.2."""
+
+
+def __getattr__(name: str) -> Any:
+    """``RunView`` and ``SweepObserver`` from here still work, with a DeprecationWarning."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from ssilbench.deprecation import deprecated
+    from ssilbench.runner import observer
+
+    deprecated(f"{__name__}.{name}", f"import {name} from ssilbench.runner.observer", "1.2")
+    return getattr(observer, name)

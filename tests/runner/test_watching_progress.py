@@ -302,3 +302,13 @@ def test_a_bad_progress_interval_is_refused(cli, monkeypatch):
     result = cli.run("--method", "bc", "--env", "maze:10x10", "--budgets", "16", "--steps", "20")
     assert result.returncode == 2
     assert "SSILBENCH_PROGRESS_EVERY='soon' is not a number of seconds" in result.stderr
+
+
+def test_the_observer_from_its_old_module_warns_and_is_the_same_class() -> None:
+    import ssilbench.runner.telemetry as telemetry
+
+    for name, moved in (("SweepObserver", SweepObserver), ("RunView", RunView)):
+        with pytest.warns(DeprecationWarning, match="ssilbench.runner.observer"):
+            assert getattr(telemetry, name) is moved
+    with pytest.raises(AttributeError):
+        telemetry.NoSuchName  # noqa: B018
