@@ -37,7 +37,7 @@ class RunView:
     """The steps the run had before its first step here (restored from a checkpoint, or
     stages reused from the cache): not this sweep's work, nor its pace."""
     phase: str = ""
-    """One of :data:`PHASES` ("" before the run's first event)."""
+    """One of :data:`ssilbench.runner.telemetry.PHASES` ("" before the run's first event)."""
     detail: str = ""
     """What the phase is about: the stage being evaluated, the rows being labelled, whom a
     waiting run waits for."""
