@@ -98,6 +98,15 @@ def phase_words(view: RunView, holder: str = "") -> str:
     return f"{phase} {view.detail}".rstrip()
 
 
+def eta_words(view: RunView, now: float | None = None) -> str | None:
+    """A training run's time left as shown, ``<=`` before it where a stopping rule may end
+    its stages sooner (its total is then a bound); None when it has no pace to go by."""
+    eta = view.eta(now) if view.phase in TRAINING else None
+    if eta is None:
+        return None
+    return ("<=" if view.may_stop_early else "") + duration(eta)
+
+
 def status_parts(view: RunView, now: float | None = None, holder: str = "") -> list[str]:
     """A run's state as parts, the ones left out first when room is short last: phase,
     step/total, eta, last evaluation, loss (the curves keep every loss; a log reader
@@ -105,9 +114,9 @@ def status_parts(view: RunView, now: float | None = None, holder: str = "") -> l
     parts = [phase_words(view, holder)]
     if view.total and view.reported and view.phase not in ("preparing data", "queued"):
         parts.append(f"{short_count(view.step)}/{short_count(view.total)}")
-    eta = view.eta(now) if view.phase in TRAINING else None
+    eta = eta_words(view, now)
     if eta is not None:
-        parts.append(f"eta {duration(eta)}")
+        parts.append(f"eta {eta}")
     if view.eval_step is not None:
         parts.append(f"eval {_number(view.score)}@{short_count(view.eval_step)}")
     if view.loss is not None:
@@ -382,7 +391,7 @@ class LiveProgress(PacedProgress):
                 f"{short_count(view.step)}/{short_count(view.total)} {share}",
                 f"loss {_number(view.loss)}",
                 f"eval {evaluation}",
-                f"eta {duration(view.eta(now) if view.phase in TRAINING else None)}",
+                f"eta {eta_words(view, now) or duration(None)}",
             )
         if len(views) > MAX_ROWS:
             table.add_row(f"[dim]+{len(views) - MAX_ROWS} more running[/]", "", "", "", "", "")

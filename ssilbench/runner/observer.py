@@ -45,6 +45,9 @@ class RunView:
     """The process that trains the run (from its events)."""
     holder: dict[str, Any] | None = None
     """Whose lease a waiting run waits for (``{"host", "pid"}``)."""
+    may_stop_early: bool = False
+    """Whether a stopping rule may end the run's stages before their steps: its total, and
+    so :meth:`eta`, is then an upper bound."""
 
     def eta(self, now: float | None = None) -> float | None:
         """Seconds left of the current stage at its pace so far (None before it has one)."""
@@ -79,6 +82,7 @@ class RunView:
                 self.began_at = max(0, event["step"] - 1)
             self.stage, self.step = event["stage"], event["step"]
             self.total = event.get("total") or self.total
+            self.may_stop_early = bool(event.get("may_stop_early", False))
             if event.get("loss") is not None:
                 self.loss = event["loss"]
                 return {f"{self.stage}/loss": self.loss}

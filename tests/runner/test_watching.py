@@ -17,6 +17,7 @@ import torch
 from click.testing import CliRunner
 
 from ssilbench.cli import cli
+from ssilbench.cli.progress import duration, run_status
 from ssilbench.errors import PluginError, UnknownNameError
 from ssilbench.loggers.base import (
     Curve,
@@ -91,6 +92,8 @@ def test_a_sweep_records_curves_and_log_metric_without_changing_results(plugins,
         assert 0 < confidence <= 1
     kinds = {(e["kind"], e.get("stage", e.get("phase"))) for e in watched.events}
     assert {("progress", "idm"), ("progress", "policy"), ("eval", "policy")} <= kinds
+    # No stopping rule: every run takes its declared steps, so its time left is no bound.
+    assert not any(e["may_stop_early"] for e in watched.events if e["kind"] == "progress")
     # Each run says what it does between its steps: its data first, then each evaluation.
     for run_id in runs:
         phases = [e["phase"] for e in watched.events if e["run_id"] == run_id
@@ -125,6 +128,10 @@ def test_a_stage_that_stops_early_takes_its_unspent_steps_out_of_the_total(plugi
     view.apply({**first_policy, "step": first_policy["step"] + 10})
     assert view.total == 1050
     assert view.eta(view.origin[1] + 10.0) == pytest.approx(10.0 / 10 * (1050 - view.step))
+    # Under a stopping rule every event says so, and the time left shows as a bound.
+    assert all(e["may_stop_early"] for e in progress) and view.may_stop_early
+    left = duration(view.eta(view.origin[1] + 10.0))
+    assert f" eta <={left} " in run_status(view, now=view.origin[1] + 10.0)
 
 
 def test_events_come_back_from_pool_workers(plugins, data, tmp_path):

@@ -9,9 +9,11 @@ import io
 import socket
 
 import pytest
+import torch
 
 from ssilbench.cli.progress import WIDTH, PlainProgress, fit, run_status
 from ssilbench.runner.observer import RunView, SweepObserver
+from ssilbench.runner.telemetry import RunTelemetry
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -251,6 +253,21 @@ def test_the_live_display_gives_the_sweep_the_time_left_the_plain_lines_give(mon
 def test_run_status_estimates_the_time_left():
     view = RunView("r", "label", total=1000, stage="idm", step=250, started=0.0)
     assert run_status(view, now=100.0) == "training idm 250/1k eta 5:00"
+    view.may_stop_early = True  # a stopping rule may end it sooner: the estimate is a bound
+    assert run_status(view, now=100.0) == "training idm 250/1k eta <=5:00"
+
+
+def test_a_progress_event_says_whether_its_total_is_a_bound():
+    events = []
+    ruled = RunTelemetry("r1", 300, events.append, every=3600, may_stop_early=True)
+    ruled.train_loss("idm", 1, torch.tensor(0.5))
+    RunTelemetry("r2", 300, events.append, every=3600).train_loss("idm", 1, torch.tensor(0.5))
+    assert [e["may_stop_early"] for e in events] == [True, False]
+    view = RunView("r1", "label")
+    view.apply(events[0])
+    assert view.may_stop_early
+    view.apply({**events[1], "run_id": "r1"})  # the events, not the view, say it
+    assert not view.may_stop_early
 
 
 def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
