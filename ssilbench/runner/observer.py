@@ -46,8 +46,8 @@ class RunView:
     holder: dict[str, Any] | None = None
     """Whose lease a waiting run waits for (``{"host", "pid"}``)."""
     may_stop_early: bool = False
-    """Whether a stopping rule may end the run's stages before their steps: its total, and
-    so :meth:`eta`, is then an upper bound."""
+    """Whether a stopping rule (its spec's ``stop_early``) may end the run's stages before
+    their steps: its total, and so :meth:`eta`, is then an upper bound."""
 
     def eta(self, now: float | None = None) -> float | None:
         """Seconds left of the current stage at its pace so far (None before it has one)."""
@@ -82,7 +82,6 @@ class RunView:
                 self.began_at = max(0, event["step"] - 1)
             self.stage, self.step = event["stage"], event["step"]
             self.total = event.get("total") or self.total
-            self.may_stop_early = bool(event.get("may_stop_early", False))
             if event.get("loss") is not None:
                 self.loss = event["loss"]
                 return {f"{self.stage}/loss": self.loss}
@@ -120,7 +119,8 @@ class SweepObserver:
         """A run was claimed; ``spec``: its RunSpec, the loggers' hyper-parameters."""
         with self._logging:
             with self.lock:
-                self.runs[run_id] = RunView(run_id, label, total)
+                stops = bool(getattr(spec, "stop_early", False))
+                self.runs[run_id] = RunView(run_id, label, total, may_stop_early=stops)
             for logger in self.loggers:
                 _call(logger, "run_started", run_id, label)
                 if spec is not None:

@@ -122,12 +122,9 @@ class RunTelemetry:
         sink: Sink | None = None,
         every: float = EMIT_EVERY,
         limit: int = MAX_POINTS,
-        may_stop_early: bool = False,
     ) -> None:
         self.run_id = run_id
         self.total = total
-        # A stopping rule may end a stage before its steps, so ``total`` is then only a bound.
-        self.may_stop_early = may_stop_early
         self.sink = sink
         self.every = every
         self.limit = limit
@@ -223,8 +220,7 @@ class RunTelemetry:
             value = self._loss if self._loss_index is None else self._loss[self._loss_index]
             loss = _number(value)
         self._send({"kind": "progress", "stage": self.stage, "step": self._step,
-                    "total": self.total, "loss": loss,
-                    "may_stop_early": self.may_stop_early})  # fmt: skip
+                    "total": self.total, "loss": loss})  # fmt: skip
 
     def _send(self, event: Event) -> None:
         if self.sink is None:

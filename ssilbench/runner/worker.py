@@ -219,8 +219,7 @@ def set_up_run(
     ``overlap_eval``: evaluate in a background thread while training goes on (None: on CUDA
     devices, where it hides the rollouts' CPU time)."""
     seed_everything(spec.seed)
-    telemetry = RunTelemetry(spec.run_id, spec.steps, current_sink(),
-                             may_stop_early=bool(spec.stop_early))  # fmt: skip
+    telemetry = RunTelemetry(spec.run_id, spec.steps, current_sink())
     telemetry.phase("preparing data")
     inputs = RunInputs.declare(method, task, task.dataset, spec.budget, spec.seed, spec.steps)
     check_stages(inputs.stages, spec.steps, spec.method)

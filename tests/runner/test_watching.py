@@ -52,7 +52,12 @@ class Recorder(SweepObserver):
     def __init__(self) -> None:
         super().__init__()
         self.events: list[dict] = []
+        self.started: dict[str, RunView] = {}  # each run's view, kept after it ends
         self.ended: list = []
+
+    def run_started(self, run_id: str, label: str, total: int, spec=None) -> None:
+        super().run_started(run_id, label, total, spec)
+        self.started[run_id] = self.runs[run_id]
 
     def run_event(self, event: dict) -> None:
         self.events.append(event)
@@ -93,7 +98,7 @@ def test_a_sweep_records_curves_and_log_metric_without_changing_results(plugins,
     kinds = {(e["kind"], e.get("stage", e.get("phase"))) for e in watched.events}
     assert {("progress", "idm"), ("progress", "policy"), ("eval", "policy")} <= kinds
     # No stopping rule: every run takes its declared steps, so its time left is no bound.
-    assert not any(e["may_stop_early"] for e in watched.events if e["kind"] == "progress")
+    assert not any(view.may_stop_early for view in watched.started.values())
     # Each run says what it does between its steps: its data first, then each evaluation.
     for run_id in runs:
         phases = [e["phase"] for e in watched.events if e["run_id"] == run_id
@@ -128,8 +133,10 @@ def test_a_stage_that_stops_early_takes_its_unspent_steps_out_of_the_total(plugi
     view.apply({**first_policy, "step": first_policy["step"] + 10})
     assert view.total == 1050
     assert view.eta(view.origin[1] + 10.0) == pytest.approx(10.0 / 10 * (1050 - view.step))
-    # Under a stopping rule every event says so, and the time left shows as a bound.
-    assert all(e["may_stop_early"] for e in progress) and view.may_stop_early
+    # Under a stopping rule the sweep's view says so (from the spec), and the time left
+    # shows as a bound.
+    assert watched.started[run.run_id].may_stop_early
+    view.may_stop_early = True
     left = duration(view.eta(view.origin[1] + 10.0))
     assert f" eta <={left} " in run_status(view, now=view.origin[1] + 10.0)
 

@@ -9,11 +9,10 @@ import io
 import socket
 
 import pytest
-import torch
 
 from ssilbench.cli.progress import WIDTH, PlainProgress, fit, run_status
 from ssilbench.runner.observer import RunView, SweepObserver
-from ssilbench.runner.telemetry import RunTelemetry
+from ssilbench.runs.spec import RunSpec
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -257,17 +256,15 @@ def test_run_status_estimates_the_time_left():
     assert run_status(view, now=100.0) == "training idm 250/1k eta <=5:00"
 
 
-def test_a_progress_event_says_whether_its_total_is_a_bound():
-    events = []
-    ruled = RunTelemetry("r1", 300, events.append, every=3600, may_stop_early=True)
-    ruled.train_loss("idm", 1, torch.tensor(0.5))
-    RunTelemetry("r2", 300, events.append, every=3600).train_loss("idm", 1, torch.tensor(0.5))
-    assert [e["may_stop_early"] for e in events] == [True, False]
-    view = RunView("r1", "label")
-    view.apply(events[0])
-    assert view.may_stop_early
-    view.apply({**events[1], "run_id": "r1"})  # the events, not the view, say it
-    assert not view.may_stop_early
+def test_the_sweep_knows_from_a_run_s_spec_whether_its_total_is_a_bound():
+    observer = SweepObserver()
+    for stop_early in ("paper", True, False):
+        spec = RunSpec(method="bc", config={}, env="maze:10x10", options={}, budget="16",
+                       seed=0, steps=300, eval_every=300, stop_early=stop_early)  # fmt: skip
+        observer.run_started(spec.run_id, "label", spec.steps, spec)
+        assert observer.runs[spec.run_id].may_stop_early is bool(stop_early)
+    observer.run_started("r", "label", 300)  # no spec: nothing says a rule applies
+    assert not observer.runs["r"].may_stop_early
 
 
 def test_the_time_left_is_paced_from_the_stage_s_first_event(monkeypatch):
